@@ -1,0 +1,1 @@
+// placeholder; the v8 shim is being written

@@ -1,0 +1,15 @@
+// Where tests find their inputs.
+#pragma once
+
+#include <string>
+
+namespace nnf::test {
+
+// ../shared/fixtures beside the checkout (or NNF_SHARED_FIXTURES), "" when absent: tests that
+// need it skip with a message.
+std::string sharedFixturesDir();
+
+// The project's source tree (for its own fixtures under tests/fixtures).
+std::string sourceDir();
+
+}  // namespace nnf::test

@@ -1,0 +1,18 @@
+#include "core/comm.h"
+
+#include "core/device.h"
+
+namespace nnf::core {
+
+void Comm::close() {
+  closed_ = true;
+  cancelInFlight();
+}
+
+void Comm::cancel(Operation& op) {
+  if (op.queued) device_.unqueue(op);
+  // Sends usually cannot be cancelled; they complete on their own and the device waits.
+  if (op.inFlight) device_.rail().cancel(&op.context);
+}
+
+}  // namespace nnf::core

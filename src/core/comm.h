@@ -1,0 +1,53 @@
+// Base of every comm handed to NCCL. A comm belongs to one device, has an id unique on that
+// device (it goes into the tag of every message addressed to it) and owns the operations it posts.
+#pragma once
+
+#include <cstdint>
+
+#include "core/operation.h"
+
+namespace nnf::core {
+
+class Device;
+
+class Comm {
+ public:
+  enum class Kind : uint8_t { kListen, kSend, kRecv };
+  static constexpr uint32_t kMagicAlive = 0x4d4d4f43u;   // "COMM"
+  static constexpr uint32_t kMagicClosed = 0x44534c43u;  // "CLSD"
+
+  Comm(Device& device, Kind kind, uint32_t id) : device_(device), kind_(kind), id_(id) {}
+  virtual ~Comm() { magic_ = kMagicClosed; }
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  Device& device() const { return device_; }
+  Kind kind() const { return kind_; }
+  uint32_t id() const { return id_; }
+  bool alive() const { return magic_ == kMagicAlive && !closed_; }
+  bool closed() const { return closed_; }
+
+  // Completion callbacks, called by the device with its lock held.
+  virtual void onComplete(Operation& op, size_t length) = 0;
+  virtual void onError(Operation& op, int error, size_t overflow, const char* text) = 0;
+
+  // Marks the comm closed and asks the provider to cancel what it still holds. The device keeps
+  // the object until nothing is in flight any more.
+  void close();
+  // Operations of this comm still held by the provider.
+  virtual int inFlight() const = 0;
+
+ protected:
+  virtual void cancelInFlight() = 0;
+  // Cancels and unqueues one operation (helper for cancelInFlight).
+  void cancel(Operation& op);
+
+ private:
+  uint32_t magic_ = kMagicAlive;
+  Device& device_;
+  Kind kind_;
+  uint32_t id_;
+  bool closed_ = false;
+};
+
+}  // namespace nnf::core

@@ -1,0 +1,185 @@
+// Connection set-up and teardown entry points: listen, connect, accept and the three closes.
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "core/listen_comm.h"
+#include "core/plugin.h"
+#include "core/recv_comm.h"
+#include "core/send_comm.h"
+#include "core/tags.h"
+#include "core/wire.h"
+#include "log/log.h"
+
+namespace nnf::core {
+
+template <typename CommType>
+CommType* Plugin::checkComm(void* comm, Comm::Kind kind, const char* caller) {
+  static const char* const kKindNames[] = {"listen", "send", "receive"};
+  if (comm == nullptr) {
+    NNF_WARN("%s: NULL %s comm", caller, kKindNames[static_cast<int>(kind)]);
+    return nullptr;
+  }
+  auto* base = static_cast<Comm*>(comm);
+  if (!base->alive()) {
+    NNF_WARN("%s: %p is not an open comm (closed already, or never created)", caller, comm);
+    return nullptr;
+  }
+  if (base->kind() != kind) {
+    NNF_WARN("%s: %p is a %s comm, expected a %s comm", caller, comm,
+             kKindNames[static_cast<int>(base->kind())], kKindNames[static_cast<int>(kind)]);
+    return nullptr;
+  }
+  return static_cast<CommType*>(base);
+}
+
+template ListenComm* Plugin::checkComm<ListenComm>(void*, Comm::Kind, const char*);
+template SendComm* Plugin::checkComm<SendComm>(void*, Comm::Kind, const char*);
+template RecvComm* Plugin::checkComm<RecvComm>(void*, Comm::Kind, const char*);
+
+abi::Result Plugin::listen(int dev, void* handle, ListenComm** out) {
+  Device* device = this->device(dev, "listen");
+  if (device == nullptr) return abi::kInternalError;
+  if (handle == nullptr || out == nullptr) {
+    NNF_WARN("listen: NULL handle or comm pointer");
+    return abi::kInternalError;
+  }
+  std::lock_guard<std::mutex> lock(device->mutex());
+  ListenComm* comm = device->createComm<ListenComm>();
+  if (comm == nullptr) return abi::kSystemError;
+  const auto& address = device->rail().address();
+  wire::ListenHandle encoded;
+  try {
+    encoded = wire::makeListenHandle(comm->id(), device->provider(), address.data(), address.size());
+  } catch (const std::exception& error) {
+    NNF_WARN("listen on device %d: %s", dev, error.what());
+    device->destroyComm(*comm);
+    return abi::kSystemError;
+  }
+  if (comm->start() != 0) {
+    device->destroyComm(*comm);
+    return abi::kSystemError;
+  }
+  memcpy(handle, &encoded, sizeof(encoded));
+  *out = comm;
+  return abi::kSuccess;
+}
+
+abi::Result Plugin::connect(int dev, void* handle, SendComm** out) {
+  Device* device = this->device(dev, "connect");
+  if (device == nullptr) return abi::kInternalError;
+  if (out == nullptr) {
+    NNF_WARN("connect: NULL comm pointer");
+    return abi::kInternalError;
+  }
+  *out = nullptr;
+  wire::ListenHandle decoded;
+  std::string reason;
+  if (!wire::decodeListenHandle(handle, sizeof(wire::ListenHandle), device->provider(), &decoded,
+                                &reason)) {
+    NNF_WARN("connect on device %d: invalid handle: %s", dev, reason.c_str());
+    return abi::kInternalError;
+  }
+
+  std::lock_guard<std::mutex> lock(device->mutex());
+  SendComm* comm = nullptr;
+  if (decoded.connectToken == 0) {
+    comm = device->createComm<SendComm>(static_cast<size_t>(maxRecvs()));
+    if (comm == nullptr) return abi::kSystemError;
+    abi::Result result = comm->start(decoded);
+    if (result != abi::kSuccess) {
+      device->closeComm(*comm);
+      return result;
+    }
+    // Remember the connection in progress inside NCCL's copy of the handle.
+    uint64_t token = comm->token();
+    memcpy(static_cast<uint8_t*>(handle) + offsetof(wire::ListenHandle, connectToken), &token,
+           sizeof(token));
+  } else {
+    Comm* found = device->findComm(static_cast<uint32_t>(decoded.connectToken & tags::kMaxCommId));
+    if (found == nullptr || found->kind() != Comm::Kind::kSend ||
+        static_cast<SendComm*>(found)->token() != decoded.connectToken) {
+      NNF_WARN("connect on device %d: the handle names a connection that does not exist", dev);
+      return abi::kInternalError;
+    }
+    comm = static_cast<SendComm*>(found);
+  }
+
+  abi::Result result = device->progress();
+  if (result != abi::kSuccess) return result;
+  if (comm->failed()) {
+    device->closeComm(*comm);
+    return abi::kRemoteError;
+  }
+  if (comm->ready()) {
+    // The handle may be used again for another connection.
+    memset(static_cast<uint8_t*>(handle) + offsetof(wire::ListenHandle, connectToken), 0,
+           sizeof(uint64_t));
+    *out = comm;
+  }
+  return abi::kSuccess;
+}
+
+abi::Result Plugin::accept(void* listenComm, RecvComm** out) {
+  ListenComm* comm = checkComm<ListenComm>(listenComm, Comm::Kind::kListen, "accept");
+  if (comm == nullptr) return abi::kInternalError;
+  if (out == nullptr) {
+    NNF_WARN("accept: NULL comm pointer");
+    return abi::kInternalError;
+  }
+  Device& device = comm->device();
+  std::lock_guard<std::mutex> lock(device.mutex());
+  abi::Result result = device.progress();
+  if (result != abi::kSuccess) return result;
+  return comm->accept(out);
+}
+
+namespace {
+
+// Closes `comm` and, for a bounded time, drives progress so that the provider gives back the
+// operations it still holds before NCCL frees their buffers.
+void closeAndDrain(Device& device, Comm& comm, int64_t timeoutMs) {
+  uint32_t id = comm.id();
+  Comm* address = &comm;
+  {
+    std::lock_guard<std::mutex> lock(device.mutex());
+    device.closeComm(comm);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(device.mutex());
+      if (device.findComm(id) != address) return;  // freed
+      device.progress();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::yield();
+  }
+  NNF_INFO(abi::kLogSubsysNet, "comm %u closed with operations still pending; they are released"
+           " when the provider completes them", id);
+}
+
+}  // namespace
+
+abi::Result Plugin::closeListen(void* listenComm) {
+  ListenComm* comm = checkComm<ListenComm>(listenComm, Comm::Kind::kListen, "closeListen");
+  if (comm == nullptr) return abi::kInternalError;
+  closeAndDrain(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
+  return abi::kSuccess;
+}
+
+abi::Result Plugin::closeSend(void* sendComm) {
+  SendComm* comm = checkComm<SendComm>(sendComm, Comm::Kind::kSend, "closeSend");
+  if (comm == nullptr) return abi::kInternalError;
+  closeAndDrain(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
+  return abi::kSuccess;
+}
+
+abi::Result Plugin::closeRecv(void* recvComm) {
+  RecvComm* comm = checkComm<RecvComm>(recvComm, Comm::Kind::kRecv, "closeRecv");
+  if (comm == nullptr) return abi::kInternalError;
+  closeAndDrain(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
+  return abi::kSuccess;
+}
+
+}  // namespace nnf::core

@@ -1,0 +1,59 @@
+// What send and receive comms share: the connected peer, the per-tag sequence numbers, and the
+// request pool sized at creation (no allocation per message).
+#pragma once
+
+#include <rdma/fabric.h>
+
+#include "core/comm.h"
+#include "core/request.h"
+#include "core/sequence_table.h"
+
+namespace nnf::core {
+
+class DataComm : public Comm {
+ public:
+  DataComm(Device& device, Kind kind, uint32_t id, size_t requests, size_t opsPerRequest);
+
+  RequestPool& pool() { return pool_; }
+  SequenceTable& sequences() { return sequences_; }
+  fi_addr_t peer() const { return peer_; }
+  uint32_t remoteId() const { return remoteId_; }
+
+  // A data operation finished: record its size and finish the request when it was the last.
+  void onComplete(Operation& op, size_t length) override;
+  void onError(Operation& op, int error, size_t overflow, const char* text) override;
+  int inFlight() const override;
+
+  // Gives up a request whose posting failed: cancels what was posted; the request returns to
+  // the pool once the provider has let go of it.
+  void abandon(Request& request);
+
+  // Hands a finished (done or failed) request back after test() has reported it. A failed request
+  // whose other operations are still with the provider is kept until they complete.
+  void retire(Request& request) {
+    if (request.remaining == 0) {
+      pool_.release(&request);
+    } else {
+      request.state = Request::State::kAbandoned;
+    }
+  }
+
+ protected:
+  // Set-up messages are handled by the concrete comm; data operations here.
+  virtual void onControlComplete(Operation& op, size_t length) = 0;
+  virtual void onControlError(Operation& op, int error, const char* text) = 0;
+  virtual int controlInFlight() const = 0;
+  void cancelInFlight() override;
+  virtual void cancelControl() = 0;
+
+  void finish(Request& request);
+
+  fi_addr_t peer_ = FI_ADDR_UNSPEC;
+  uint32_t remoteId_ = 0;
+
+ private:
+  RequestPool pool_;
+  SequenceTable sequences_;
+};
+
+}  // namespace nnf::core

@@ -1,0 +1,230 @@
+#include "core/device.h"
+
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+
+#include "core/tags.h"
+#include "log/log.h"
+#include "protocol/sendrecv.h"
+
+namespace nnf::core {
+namespace {
+
+uint64_t fnv1a(const std::string& text, uint64_t hash = 14695981039346656037ull) {
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+// The /sys path of a PCI NIC, or "" when the provider gives no PCI data (virtual interfaces).
+std::string pciPathOf(const fi_info* info) {
+  if (info->nic == nullptr || info->nic->bus_attr == nullptr ||
+      info->nic->bus_attr->bus_type != FI_BUS_PCI) {
+    return "";
+  }
+  const fi_pci_attr& pci = info->nic->bus_attr->attr.pci;
+  char name[64];
+  snprintf(name, sizeof(name), "/sys/bus/pci/devices/%04x:%02x:%02x.%x", pci.domain_id, pci.bus_id,
+           pci.device_id, pci.function_id);
+  char resolved[PATH_MAX];
+  // NCCL wants the canonical path (it walks up it to find the PCI switches).
+  if (realpath(name, resolved) != nullptr) return resolved;
+  return name;
+}
+
+int speedOf(const fi_info* info, int defaultMbps) {
+  if (info->nic != nullptr && info->nic->link_attr != nullptr && info->nic->link_attr->speed > 0) {
+    return static_cast<int>(std::min<uint64_t>(info->nic->link_attr->speed / 1000000, INT_MAX));
+  }
+  return defaultMbps;
+}
+
+}  // namespace
+
+Device::Device(int index, const fi_info* info, const config::Config& config)
+    : index_(index), config_(config), provider_(info->fabric_attr->prov_name) {
+  rail_ = std::make_unique<fabric::Rail>(info, 0);
+  protocol_ = std::make_unique<protocol::SendRecv>();
+  completions_.resize(static_cast<size_t>(config.integer(config::Param::kCqReadCount)));
+
+  properties_.name = info->domain_attr->name;
+  properties_.pciPath = pciPathOf(info);
+  properties_.guid = fnv1a(properties_.pciPath.empty() ? properties_.name : properties_.pciPath,
+                           fnv1a(provider_));
+  properties_.speedMbps = speedOf(info, static_cast<int>(config.integer(config::Param::kDefaultSpeedMbps)));
+  properties_.latencyUs = static_cast<float>(config.integer(config::Param::kDeviceLatencyUs));
+  properties_.maxComms = static_cast<int>(tags::kMaxCommId);
+  properties_.maxRecvs = static_cast<int>(config.integer(config::Param::kMaxRecvs));
+}
+
+Device::~Device() {
+  // Close the endpoint before the comms whose operations it may still reference.
+  rail_.reset();
+  comms_.clear();
+}
+
+abi::Result Device::postNow(Operation& op, ssize_t* ret) {
+  if (op.type == OpType::kSend) {
+    *ret = rail_->tsend(op.buffer, op.length, op.desc, op.peer, op.tag, &op.context);
+  } else {
+    *ret = rail_->trecv(op.buffer, op.length, op.desc, FI_ADDR_UNSPEC, op.tag, 0, &op.context);
+  }
+  if (*ret == 0) {
+    op.inFlight = true;
+    return abi::kSuccess;
+  }
+  if (*ret == -FI_EAGAIN) return abi::kInProgress;
+  NNF_WARN("posting a %zu-byte %s on device %d failed: %s", op.length,
+           op.type == OpType::kSend ? "send" : "receive", index_, fabric::errorText(*ret).c_str());
+  return abi::kSystemError;
+}
+
+abi::Result Device::post(Operation& op) {
+  if (queueHead_ == nullptr) {
+    ssize_t ret;
+    abi::Result result = postNow(op, &ret);
+    if (result != abi::kInProgress) return result;
+  }
+  // The provider is out of resources (or others are already waiting): keep the order.
+  op.queued = true;
+  op.nextQueued = nullptr;
+  if (queueTail_ != nullptr) {
+    queueTail_->nextQueued = &op;
+  } else {
+    queueHead_ = &op;
+  }
+  queueTail_ = &op;
+  return abi::kSuccess;
+}
+
+void Device::unqueue(Operation& op) {
+  if (!op.queued) return;
+  Operation* previous = nullptr;
+  for (Operation* it = queueHead_; it != nullptr; previous = it, it = it->nextQueued) {
+    if (it != &op) continue;
+    if (previous != nullptr) {
+      previous->nextQueued = op.nextQueued;
+    } else {
+      queueHead_ = op.nextQueued;
+    }
+    if (queueTail_ == &op) queueTail_ = previous;
+    break;
+  }
+  op.queued = false;
+  op.nextQueued = nullptr;
+}
+
+void Device::retryQueued() {
+  while (queueHead_ != nullptr) {
+    Operation& op = *queueHead_;
+    ssize_t ret;
+    abi::Result result = postNow(op, &ret);
+    if (result == abi::kInProgress) return;
+    queueHead_ = op.nextQueued;
+    if (queueHead_ == nullptr) queueTail_ = nullptr;
+    op.queued = false;
+    op.nextQueued = nullptr;
+    if (result != abi::kSuccess) {
+      // The failure belongs to the operation's request; report it there.
+      op.owner->onError(op, static_cast<int>(-ret), 0, "posting failed");
+    }
+  }
+}
+
+abi::Result Device::progress() {
+  for (;;) {
+    ssize_t count = rail_->readCompletions(completions_.data(), completions_.size());
+    if (count > 0) {
+      for (ssize_t i = 0; i < count; ++i) {
+        Operation* op = Operation::fromContext(completions_[i].op_context);
+        op->inFlight = false;
+        op->owner->onComplete(*op, completions_[i].len);
+      }
+      if (static_cast<size_t>(count) < completions_.size()) break;
+      continue;
+    }
+    if (count == -FI_EAGAIN) break;
+    if (count == -FI_EAVAIL) {
+      dispatchError();
+      continue;
+    }
+    NNF_WARN("reading the completion queue of device %d failed: %s", index_,
+             fabric::errorText(static_cast<int>(count)).c_str());
+    return abi::kSystemError;
+  }
+  retryQueued();
+  if (!closing_.empty()) reapClosed();
+  return abi::kSuccess;
+}
+
+void Device::dispatchError() {
+  fi_cq_err_entry entry;
+  const char* text = nullptr;
+  ssize_t ret = rail_->readError(&entry, &text);
+  if (ret <= 0) return;
+  if (entry.op_context == nullptr) {
+    NNF_WARN("device %d: completion error without context: %s", index_, fi_strerror(entry.err));
+    return;
+  }
+  Operation* op = Operation::fromContext(entry.op_context);
+  op->inFlight = false;
+  op->owner->onError(*op, entry.err, entry.olen, text);
+}
+
+uint32_t Device::allocateId() {
+  // Ids are handed out round-robin so that a recently closed comm's id is not reused while a
+  // late message for it may still be on the wire.
+  for (uint32_t tries = 0; tries < tags::kMaxCommId; ++tries) {
+    uint32_t id = nextId_;
+    nextId_ = nextId_ == tags::kMaxCommId ? 1 : nextId_ + 1;
+    if (comms_.find(id) == comms_.end()) return id;
+  }
+  NNF_WARN("device %d has no free comm id (%u comms open)", index_, tags::kMaxCommId);
+  return 0;
+}
+
+Comm* Device::findComm(uint32_t id) {
+  auto it = comms_.find(id);
+  return it == comms_.end() ? nullptr : it->second.get();
+}
+
+void Device::closeComm(Comm& comm) {
+  comm.close();
+  if (comm.inFlight() == 0) {
+    destroyComm(comm);
+  } else {
+    closing_.push_back(&comm);
+  }
+}
+
+void Device::destroyComm(Comm& comm) {
+  closing_.erase(std::remove(closing_.begin(), closing_.end(), &comm), closing_.end());
+  comms_.erase(comm.id());
+}
+
+void Device::reapClosed() {
+  std::vector<Comm*> done;
+  for (Comm* comm : closing_) {
+    if (comm->inFlight() == 0) done.push_back(comm);
+  }
+  for (Comm* comm : done) destroyComm(*comm);
+}
+
+int Device::peerAddress(const uint8_t* address, size_t length, fi_addr_t* out) {
+  std::vector<uint8_t> key(address, address + length);
+  auto it = peers_.find(key);
+  if (it != peers_.end()) {
+    *out = it->second;
+    return 0;
+  }
+  fi_addr_t addr;
+  int ret = rail_->insertAddress(address, length, &addr);
+  if (ret != 0) return ret;
+  peers_.emplace(std::move(key), addr);
+  *out = addr;
+  return 0;
+}
+
+}  // namespace nnf::core

@@ -1,0 +1,109 @@
+// One NCCL device: a NIC (libfabric domain) with its endpoint shared by every comm on it, the
+// completion queue that serves them all, the queue of operations waiting for a retry after
+// -FI_EAGAIN, and the comms themselves. All of it is guarded by one lock, because NCCL drives
+// different comms of a device from several proxy threads at once.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "abi/nccl_abi.h"
+#include "config/config.h"
+#include "core/comm.h"
+#include "core/operation.h"
+#include "fabric/rail.h"
+#include "protocol/protocol.h"
+
+namespace nnf::core {
+
+// Version-neutral device properties (the ABI shims convert them).
+struct DeviceProperties {
+  std::string name;
+  std::string pciPath;  // empty: unknown (reported as NULL)
+  uint64_t guid = 0;
+  int ptrSupport = abi::kPtrHost;
+  int regIsGlobal = 1;
+  int speedMbps = 0;
+  int port = 1;
+  float latencyUs = 0;
+  int maxComms = 0;
+  int maxRecvs = 1;
+};
+
+class Device {
+ public:
+  // Opens the rail's fabric objects; throws std::runtime_error with the libfabric error text.
+  Device(int index, const fi_info* info, const config::Config& config);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  int index() const { return index_; }
+  const DeviceProperties& properties() const { return properties_; }
+  const config::Config& config() const { return config_; }
+  std::mutex& mutex() { return mutex_; }
+  fabric::Rail& rail() { return *rail_; }
+  protocol::Protocol& protocol() { return *protocol_; }
+  const std::string& provider() const { return provider_; }
+
+  // --- everything below: caller holds mutex() ---
+
+  // Reads completions and dispatches them, then retries queued operations.
+  abi::Result progress();
+  // Posts `op`, or queues it when the provider says -FI_EAGAIN (or others already wait).
+  abi::Result post(Operation& op);
+  void unqueue(Operation& op);
+
+  // Creates a comm with a fresh id; the device owns it until destroyComm().
+  template <typename CommType, typename... Args>
+  CommType* createComm(Args&&... args) {
+    uint32_t id = allocateId();
+    if (id == 0) return nullptr;
+    auto comm = std::make_unique<CommType>(*this, id, std::forward<Args>(args)...);
+    CommType* raw = comm.get();
+    comms_.emplace(id, std::move(comm));
+    return raw;
+  }
+  Comm* findComm(uint32_t id);
+  // Closes `comm`: cancels what it has in flight and frees it once nothing is left (possibly
+  // later, during progress).
+  void closeComm(Comm& comm);
+  void destroyComm(Comm& comm);
+
+  // Address vector entry for a peer endpoint, inserted once per distinct address.
+  int peerAddress(const uint8_t* address, size_t length, fi_addr_t* out);
+
+  // A key for providers that let the application choose registration keys.
+  uint64_t nextRegistrationKey() { return nextKey_++; }
+
+  size_t liveComms() const { return comms_.size(); }
+
+ private:
+  uint32_t allocateId();
+  void dispatchError();
+  void retryQueued();
+  void reapClosed();
+  abi::Result postNow(Operation& op, ssize_t* ret);
+
+  int index_;
+  const config::Config& config_;
+  std::string provider_;
+  std::mutex mutex_;
+  std::unique_ptr<fabric::Rail> rail_;
+  std::unique_ptr<protocol::Protocol> protocol_;
+  DeviceProperties properties_;
+  std::vector<fi_cq_tagged_entry> completions_;
+  Operation* queueHead_ = nullptr;
+  Operation* queueTail_ = nullptr;
+  std::unordered_map<uint32_t, std::unique_ptr<Comm>> comms_;
+  std::vector<Comm*> closing_;
+  uint32_t nextId_ = 1;
+  uint64_t nextKey_ = 1;
+  std::map<std::vector<uint8_t>, fi_addr_t> peers_;
+};
+
+}  // namespace nnf::core

@@ -1,0 +1,39 @@
+// One libfabric operation in flight (a tagged send or receive). Its address is the completion
+// context handed to the provider, so the fi_context2 scratch space must come first.
+#pragma once
+
+#include <rdma/fabric.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace nnf::core {
+
+struct Request;
+
+class Comm;  // owner of an operation: hears about its completion
+
+enum class OpType : uint8_t { kSend, kRecv };
+
+struct Operation {
+  fi_context2 context;  // provider scratch space (FI_CONTEXT / FI_CONTEXT2 modes)
+  Comm* owner = nullptr;
+  Request* request = nullptr;  // null for connection set-up messages
+  OpType type = OpType::kSend;
+  uint8_t index = 0;     // position in a grouped receive
+  bool inFlight = false;  // handed to the provider, completion pending
+  bool queued = false;    // waiting for a retry after -FI_EAGAIN
+  void* buffer = nullptr;
+  size_t length = 0;
+  void* desc = nullptr;
+  fi_addr_t peer = FI_ADDR_UNSPEC;
+  uint64_t tag = 0;
+  Operation* nextQueued = nullptr;
+
+  static Operation* fromContext(void* context) { return static_cast<Operation*>(context); }
+};
+static_assert(std::is_standard_layout_v<Operation>);
+static_assert(offsetof(Operation, context) == 0);
+
+}  // namespace nnf::core

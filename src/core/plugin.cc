@@ -1,0 +1,144 @@
+#include "core/plugin.h"
+
+#include <rdma/fabric.h>
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include "fabric/provider.h"
+#include "log/log.h"
+
+namespace nnf::core {
+namespace {
+
+// Recommended EFA settings, applied only where the user has not set them. They must be in the
+// environment before libfabric initialises the efa provider (our first fi_getinfo).
+struct EnvDefault {
+  const char* name;
+  const char* value;
+  const char* why;
+};
+constexpr EnvDefault kEfaDefaults[] = {
+    {"FI_EFA_USE_HUGE_PAGE", "0", "huge-page bounce buffers break fork() and waste memory"},
+    {"FI_EFA_FORK_SAFE", "1", "frameworks fork data-loader workers after init"},
+};
+
+void applyEnvDefaults() {
+  for (const EnvDefault& item : kEfaDefaults) {
+    if (getenv(item.name) != nullptr) continue;
+    setenv(item.name, item.value, 0);
+    NNF_INFO(abi::kLogSubsysInit | abi::kLogSubsysEnv, "setting %s=%s (%s)", item.name, item.value,
+             item.why);
+  }
+}
+
+}  // namespace
+
+Plugin& Plugin::instance() {
+  // Never destroyed: NCCL's proxy threads may still call in while the process exits.
+  static Plugin* plugin = new Plugin();
+  return *plugin;
+}
+
+bool Plugin::initialized() const { return initDone_ && initResult_ == abi::kSuccess; }
+
+abi::Result Plugin::init(abi::Logger logger) {
+  std::lock_guard<std::mutex> lock(initMutex_);
+  if (logger != nullptr) log::setLogger(logger);
+  // NCCL may initialise the plugin more than once per process: the first result stands.
+  if (initDone_) return initResult_;
+  initDone_ = true;
+  initResult_ = abi::kInternalError;
+
+  try {
+    config_ = config::Config::load();
+  } catch (const config::ConfigError& error) {
+    NNF_WARN("invalid configuration: %s", error.what());
+    initResult_ = abi::kInvalidUsage;
+    return initResult_;
+  }
+  NNF_INFO(abi::kLogSubsysInit, "nccl-net-fabric %s, libfabric %u.%u (built with %d.%d)",
+           NNF_VERSION, FI_MAJOR(fi_version()), FI_MINOR(fi_version()), FI_MAJOR_VERSION,
+           FI_MINOR_VERSION);
+  for (const std::string& line : config_->describe()) {
+    NNF_INFO(abi::kLogSubsysInit | abi::kLogSubsysEnv, "%s", line.c_str());
+  }
+  applyEnvDefaults();
+
+  fabric::ProviderChoice choice;
+  try {
+    choice = fabric::selectProvider(config_->string(config::Param::kProvider));
+  } catch (const std::exception& error) {
+    NNF_WARN("no usable network: %s; NCCL will fall back to its own transports", error.what());
+    initResult_ = abi::kSystemError;
+    return initResult_;
+  }
+  provider_ = choice.provider;
+  for (size_t i = 0; i < choice.domains.size(); ++i) {
+    try {
+      devices_.push_back(std::make_unique<Device>(static_cast<int>(devices_.size()),
+                                                  choice.domains[i].get(), *config_));
+    } catch (const std::exception& error) {
+      NNF_WARN("skipping NIC %s: %s", choice.domains[i]->domain_attr->name, error.what());
+    }
+  }
+  if (devices_.empty()) {
+    NNF_WARN("provider %s offers no usable NIC", provider_.c_str());
+    initResult_ = abi::kSystemError;
+    return initResult_;
+  }
+  NNF_INFO(abi::kLogSubsysInit, "using provider %s (version %u.%u), protocol %s, %zu device(s)",
+           provider_.c_str(), FI_MAJOR(choice.providerVersion), FI_MINOR(choice.providerVersion),
+           devices_.front()->protocol().name(), devices_.size());
+  for (const auto& device : devices_) {
+    const DeviceProperties& props = device->properties();
+    NNF_INFO(abi::kLogSubsysInit, "device %d: %s pci=%s speed=%d Mbps maxRecvs=%d",
+             device->index(), props.name.c_str(),
+             props.pciPath.empty() ? "none" : props.pciPath.c_str(), props.speedMbps,
+             props.maxRecvs);
+  }
+  initResult_ = abi::kSuccess;
+  return initResult_;
+}
+
+abi::Result Plugin::deviceCount(int* count) {
+  if (count == nullptr) {
+    NNF_WARN("devices: NULL output pointer");
+    return abi::kInternalError;
+  }
+  if (!initialized()) {
+    NNF_WARN("devices called before a successful init");
+    return abi::kInternalError;
+  }
+  *count = static_cast<int>(devices_.size());
+  return abi::kSuccess;
+}
+
+Device* Plugin::device(int dev, const char* caller) {
+  if (!initialized()) {
+    NNF_WARN("%s called before a successful init", caller);
+    return nullptr;
+  }
+  if (dev < 0 || static_cast<size_t>(dev) >= devices_.size()) {
+    NNF_WARN("%s: device %d does not exist (%zu devices)", caller, dev, devices_.size());
+    return nullptr;
+  }
+  return devices_[static_cast<size_t>(dev)].get();
+}
+
+abi::Result Plugin::properties(int dev, const DeviceProperties** out) {
+  Device* device = this->device(dev, "getProperties");
+  if (device == nullptr) return abi::kInternalError;
+  if (out == nullptr) {
+    NNF_WARN("getProperties: NULL output pointer");
+    return abi::kInternalError;
+  }
+  *out = &device->properties();
+  return abi::kSuccess;
+}
+
+int Plugin::maxRecvs() const {
+  return config_ ? static_cast<int>(config_->integer(config::Param::kMaxRecvs)) : 1;
+}
+
+}  // namespace nnf::core

@@ -1,0 +1,72 @@
+// The one plugin object: configuration, the chosen provider and the devices. Every NCCL entry
+// point lands here through a thin ABI shim; arguments are validated here, once for all ABIs.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "abi/nccl_abi.h"
+#include "config/config.h"
+#include "core/device.h"
+
+namespace nnf::core {
+
+class ListenComm;
+class SendComm;
+class RecvComm;
+struct MemoryHandle;
+struct Request;
+
+class Plugin {
+ public:
+  static Plugin& instance();
+
+  abi::Result init(abi::Logger logger);
+  abi::Result deviceCount(int* count);
+  abi::Result properties(int dev, const DeviceProperties** out);
+
+  abi::Result listen(int dev, void* handle, ListenComm** out);
+  abi::Result connect(int dev, void* handle, SendComm** out);
+  abi::Result accept(void* listenComm, RecvComm** out);
+  abi::Result closeListen(void* listenComm);
+  abi::Result closeSend(void* sendComm);
+  abi::Result closeRecv(void* recvComm);
+
+  abi::Result regMr(void* comm, void* data, size_t size, int type, MemoryHandle** out);
+  abi::Result regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                          MemoryHandle** out);
+  abi::Result deregMr(void* comm, void* handle);
+
+  abi::Result isend(void* sendComm, void* data, size_t size, int tag, void* handle,
+                    Request** out);
+  abi::Result irecv(void* recvComm, int count, void* const* data, const size_t* sizes,
+                    const int* tags, void* const* handles, Request** out);
+  abi::Result iflush(void* recvComm, int count, void* const* data, const int* sizes,
+                     void* const* handles, Request** out);
+  // `sizes` receives one entry per operation of the request (up to maxRecvs); may be null.
+  abi::Result test(void* request, int* done, size_t* sizes, int* count);
+
+  int maxRecvs() const;
+  const config::Config* config() const { return config_ ? &*config_ : nullptr; }
+
+ private:
+  Plugin() = default;
+  Device* device(int dev, const char* caller);
+  bool initialized() const;
+  // Validates an opaque comm pointer from NCCL; logs and returns nullptr when it is not one.
+  template <typename CommType>
+  CommType* checkComm(void* comm, Comm::Kind kind, const char* caller);
+
+  std::mutex initMutex_;
+  bool initDone_ = false;
+  abi::Result initResult_ = abi::kSuccess;
+  std::optional<config::Config> config_;
+  std::string provider_;
+  std::vector<std::unique_ptr<Device>> devices_;
+};
+
+}  // namespace nnf::core

@@ -1,0 +1,34 @@
+// The receiving end of a connection. It answers the connect message with its own id (which
+// senders put into every data tag) and then receives data.
+#pragma once
+
+#include "core/data_comm.h"
+#include "core/wire.h"
+
+namespace nnf::core {
+
+class RecvComm final : public DataComm {
+ public:
+  RecvComm(Device& device, uint32_t id, size_t maxRecvs);
+
+  // Registers the peer and sends the accept message (device lock held).
+  abi::Result start(const wire::ConnectMessage& request);
+  bool ready() const { return state_ == State::kReady; }
+  bool failed() const { return state_ == State::kFailed; }
+  size_t maxRecvs() const { return maxRecvs_; }
+
+ protected:
+  void onControlComplete(Operation& op, size_t length) override;
+  void onControlError(Operation& op, int error, const char* text) override;
+  int controlInFlight() const override { return acceptSend_.inFlight ? 1 : 0; }
+  void cancelControl() override { cancel(acceptSend_); }
+
+ private:
+  enum class State { kAccepting, kReady, kFailed };
+  State state_ = State::kAccepting;
+  size_t maxRecvs_;
+  Operation acceptSend_;
+  wire::AcceptMessage acceptMessage_{};
+};
+
+}  // namespace nnf::core

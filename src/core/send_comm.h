@@ -1,0 +1,46 @@
+// The sending end of a connection: sends the connect message to the listener and waits for the
+// accept message that names the receive comm.
+#pragma once
+
+#include "core/data_comm.h"
+#include "core/wire.h"
+
+namespace nnf::core {
+
+class SendComm final : public DataComm {
+ public:
+  SendComm(Device& device, uint32_t id, size_t maxRecvs);
+
+  // Registers the listener's address and posts the set-up messages (device lock held).
+  abi::Result start(const wire::ListenHandle& handle);
+  bool ready() const { return state_ == State::kReady; }
+  bool failed() const { return state_ == State::kFailed; }
+  // Identifies this connection in NCCL's copy of the handle between connect() calls.
+  uint64_t token() const { return token_; }
+
+ protected:
+  void onControlComplete(Operation& op, size_t length) override;
+  void onControlError(Operation& op, int error, const char* text) override;
+  int controlInFlight() const override {
+    return (connectSend_.inFlight ? 1 : 0) + (acceptReceive_.inFlight ? 1 : 0);
+  }
+  void cancelControl() override {
+    cancel(connectSend_);
+    cancel(acceptReceive_);
+  }
+
+ private:
+  enum class State { kConnecting, kReady, kFailed };
+  void updateState();
+
+  State state_ = State::kConnecting;
+  uint64_t token_;
+  bool connectSent_ = false;
+  bool acceptReceived_ = false;
+  Operation connectSend_;
+  Operation acceptReceive_;
+  wire::ConnectMessage connectMessage_{};
+  uint8_t acceptBuffer_[sizeof(wire::AcceptMessage) + 1];
+};
+
+}  // namespace nnf::core

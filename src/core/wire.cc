@@ -1,0 +1,148 @@
+#include "core/wire.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "core/tags.h"
+
+namespace nnf::core::wire {
+namespace {
+
+// Common header checks; `Message` has magic, version and (except the handle) length.
+template <typename Message>
+bool checkHeader(const Message& message, size_t size, const char* what, std::string* reason) {
+  if (message.magic != Message::kMagic) {
+    *reason = std::string(what) + " has a foreign magic";
+    return false;
+  }
+  if (message.version != kVersion) {
+    *reason = std::string(what) + " has version " + std::to_string(message.version) +
+              ", expected " + std::to_string(kVersion);
+    return false;
+  }
+  return true;
+}
+
+bool checkSize(size_t size, size_t expected, const char* what, std::string* reason) {
+  if (size != expected) {
+    *reason = std::string(what) + " is " + std::to_string(size) + " bytes, expected " +
+              std::to_string(expected);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+uint32_t providerHash(const std::string& provider) {
+  uint32_t hash = 2166136261u;  // FNV-1a
+  for (unsigned char c : provider) hash = (hash ^ c) * 16777619u;
+  return hash;
+}
+
+ListenHandle makeListenHandle(uint32_t listenerId, const std::string& provider, const void* address,
+                              size_t addressLength) {
+  if (addressLength > kMaxAddressLength) {
+    throw std::runtime_error("endpoint address of " + std::to_string(addressLength) +
+                             " bytes does not fit the listen handle");
+  }
+  ListenHandle handle{};
+  handle.magic = ListenHandle::kMagic;
+  handle.version = kVersion;
+  handle.addressLength = static_cast<uint16_t>(addressLength);
+  handle.listenerId = listenerId;
+  handle.providerHash = providerHash(provider);
+  memcpy(handle.address, address, addressLength);
+  return handle;
+}
+
+bool decodeListenHandle(const void* data, size_t size, const std::string& provider,
+                        ListenHandle* out, std::string* reason) {
+  if (data == nullptr) {
+    *reason = "listen handle is NULL";
+    return false;
+  }
+  if (!checkSize(size, sizeof(ListenHandle), "listen handle", reason)) return false;
+  ListenHandle handle;
+  memcpy(&handle, data, sizeof(handle));
+  if (!checkHeader(handle, size, "listen handle", reason)) return false;
+  if (handle.providerHash != providerHash(provider)) {
+    *reason = "listen handle was made by another libfabric provider (this side uses " + provider + ")";
+    return false;
+  }
+  if (handle.addressLength == 0 || handle.addressLength > kMaxAddressLength) {
+    *reason = "listen handle has an address length of " + std::to_string(handle.addressLength);
+    return false;
+  }
+  if (handle.listenerId > tags::kMaxCommId) {
+    *reason = "listen handle has an out-of-range listener id";
+    return false;
+  }
+  *out = handle;
+  return true;
+}
+
+ConnectMessage makeConnectMessage(uint32_t senderCommId, uint32_t listenerId, const void* address,
+                                  size_t addressLength) {
+  if (addressLength > kMaxAddressLength) throw std::runtime_error("endpoint address too long");
+  ConnectMessage message{};
+  message.magic = ConnectMessage::kMagic;
+  message.version = kVersion;
+  message.length = sizeof(ConnectMessage);
+  message.senderCommId = senderCommId;
+  message.listenerId = listenerId;
+  message.addressLength = static_cast<uint16_t>(addressLength);
+  memcpy(message.address, address, addressLength);
+  return message;
+}
+
+bool decodeConnectMessage(const void* data, size_t size, uint32_t expectedListenerId,
+                          ConnectMessage* out, std::string* reason) {
+  if (!checkSize(size, sizeof(ConnectMessage), "connect message", reason)) return false;
+  ConnectMessage message;
+  memcpy(&message, data, sizeof(message));
+  if (!checkHeader(message, size, "connect message", reason)) return false;
+  if (message.length != sizeof(ConnectMessage)) {
+    *reason = "connect message declares " + std::to_string(message.length) + " bytes";
+    return false;
+  }
+  if (message.listenerId != expectedListenerId) {
+    *reason = "connect message is for listener " + std::to_string(message.listenerId) +
+              ", not " + std::to_string(expectedListenerId);
+    return false;
+  }
+  if (message.addressLength == 0 || message.addressLength > kMaxAddressLength ||
+      message.senderCommId > tags::kMaxCommId) {
+    *reason = "connect message has an invalid address length or comm id";
+    return false;
+  }
+  *out = message;
+  return true;
+}
+
+AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId) {
+  AcceptMessage message{};
+  message.magic = AcceptMessage::kMagic;
+  message.version = kVersion;
+  message.length = sizeof(AcceptMessage);
+  message.recvCommId = recvCommId;
+  message.senderCommId = senderCommId;
+  return message;
+}
+
+bool decodeAcceptMessage(const void* data, size_t size, uint32_t expectedSenderCommId,
+                         AcceptMessage* out, std::string* reason) {
+  if (!checkSize(size, sizeof(AcceptMessage), "accept message", reason)) return false;
+  AcceptMessage message;
+  memcpy(&message, data, sizeof(message));
+  if (!checkHeader(message, size, "accept message", reason)) return false;
+  if (message.length != sizeof(AcceptMessage) || message.senderCommId != expectedSenderCommId ||
+      message.recvCommId > tags::kMaxCommId) {
+    *reason = "accept message does not answer this connection";
+    return false;
+  }
+  *out = message;
+  return true;
+}
+
+}  // namespace nnf::core::wire

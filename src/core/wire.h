@@ -1,0 +1,74 @@
+// Everything the plugin puts on the wire or into NCCL's handle, with strict decoders: each
+// message carries a magic, a version and its length, and nothing is read past what arrived.
+// Decoders return nullptr-free results: false plus a reason the caller logs once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace nnf::core::wire {
+
+constexpr uint16_t kVersion = 1;
+constexpr size_t kMaxAddressLength = 96;
+
+// The 128-byte listen handle NCCL carries from the listener to the connecting rank.
+struct ListenHandle {
+  static constexpr uint32_t kMagic = 0x4846464eu;  // "NFFH"
+  uint32_t magic;
+  uint16_t version;
+  uint16_t addressLength;
+  uint32_t listenerId;
+  uint32_t providerHash;  // rejects a handle made by another provider
+  // Written by connect() into NCCL's copy of the handle so that the retried call finds the
+  // connection it started; 0 in a fresh handle.
+  uint64_t connectToken;
+  uint64_t reserved;
+  uint8_t address[kMaxAddressLength];
+};
+static_assert(sizeof(ListenHandle) == 128);
+
+// Sender → listener: "I am send comm `senderCommId` at `address`".
+struct ConnectMessage {
+  static constexpr uint32_t kMagic = 0x4d43464eu;  // "NFCM"
+  uint32_t magic;
+  uint16_t version;
+  uint16_t length;
+  uint32_t senderCommId;
+  uint32_t listenerId;
+  uint16_t addressLength;
+  uint16_t reserved;
+  uint32_t reserved2;
+  uint8_t address[kMaxAddressLength];
+};
+static_assert(sizeof(ConnectMessage) == 120);
+
+// Listener → sender: "your receiver is recv comm `recvCommId`".
+struct AcceptMessage {
+  static constexpr uint32_t kMagic = 0x4d41464eu;  // "NFAM"
+  uint32_t magic;
+  uint16_t version;
+  uint16_t length;
+  uint32_t recvCommId;
+  uint32_t senderCommId;
+};
+static_assert(sizeof(AcceptMessage) == 16);
+
+uint32_t providerHash(const std::string& provider);
+
+ListenHandle makeListenHandle(uint32_t listenerId, const std::string& provider, const void* address,
+                              size_t addressLength);
+// Validates `size` bytes at `data` as a listen handle of `provider`.
+bool decodeListenHandle(const void* data, size_t size, const std::string& provider,
+                        ListenHandle* out, std::string* reason);
+
+ConnectMessage makeConnectMessage(uint32_t senderCommId, uint32_t listenerId, const void* address,
+                                  size_t addressLength);
+bool decodeConnectMessage(const void* data, size_t size, uint32_t expectedListenerId,
+                          ConnectMessage* out, std::string* reason);
+
+AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId);
+bool decodeAcceptMessage(const void* data, size_t size, uint32_t expectedSenderCommId,
+                         AcceptMessage* out, std::string* reason);
+
+}  // namespace nnf::core::wire

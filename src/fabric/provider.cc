@@ -1,0 +1,118 @@
+#include "fabric/provider.h"
+
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_tagged.h>
+
+#include <cstring>
+#include <set>
+#include <stdexcept>
+
+#include "log/log.h"
+
+namespace nnf::fabric {
+namespace {
+
+// The API version we ask for: what our headers describe.
+constexpr uint32_t kApiVersion = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
+
+// The sockets provider works but takes milliseconds per message: never pick it on our own.
+bool skippedByDefault(const std::string& provName) { return provName == "sockets"; }
+
+InfoPtr queryAll() {
+  InfoPtr hints = makeHints();
+  InfoPtr result;
+  int ret = fi_getinfo(kApiVersion, nullptr, nullptr, 0, hints.get(), result.out());
+  if (ret == -FI_ENODATA) return InfoPtr();
+  if (ret != 0) {
+    throw std::runtime_error("fi_getinfo failed: " + errorText(ret));
+  }
+  return result;
+}
+
+}  // namespace
+
+InfoPtr makeHints() {
+  InfoPtr hints(fi_allocinfo());
+  if (!hints) throw std::runtime_error("fi_allocinfo failed");
+  hints->caps = FI_TAGGED | FI_SEND | FI_RECV;
+  // Our operation contexts start with fi_context2, so both context modes are satisfied.
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->ep_attr->type = FI_EP_RDM;
+  // Registration modes we implement: local descriptors, virtual addresses, provider keys.
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;  // the device lock serialises all access
+  hints->domain_attr->control_progress = FI_PROGRESS_MANUAL;
+  hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+  hints->tx_attr->msg_order = 0;
+  hints->rx_attr->msg_order = 0;
+  return hints;
+}
+
+bool providerMatches(const std::string& name, const std::string& provName) {
+  if (name == provName) return true;
+  // "tcp" designates "tcp;ofi_rxm": the core provider is the first component.
+  return provName.compare(0, name.size(), name) == 0 && provName.size() > name.size() &&
+         provName[name.size()] == ';';
+}
+
+std::vector<std::string> listUsableProviders() {
+  std::vector<std::string> names;
+  InfoPtr all = queryAll();
+  std::set<std::string> seen;
+  for (fi_info* info = all.get(); info != nullptr; info = info->next) {
+    std::string name = info->fabric_attr->prov_name;
+    if (seen.insert(name).second) names.push_back(name);
+  }
+  return names;
+}
+
+ProviderChoice selectProvider(const std::string& requested) {
+  InfoPtr all = queryAll();
+  if (!all) {
+    throw std::runtime_error(
+        "no libfabric provider offers reliable-datagram endpoints with tagged messages" +
+        std::string(getenv("FI_PROVIDER") ? " (FI_PROVIDER=" + std::string(getenv("FI_PROVIDER")) + ")"
+                                          : ""));
+  }
+
+  std::string chosen;
+  for (fi_info* info = all.get(); info != nullptr && chosen.empty(); info = info->next) {
+    std::string name = info->fabric_attr->prov_name;
+    if (!requested.empty()) {
+      if (providerMatches(requested, name)) chosen = name;
+    } else if (name == "efa") {
+      chosen = name;
+    }
+  }
+  if (chosen.empty() && !requested.empty()) {
+    throw std::runtime_error("NCCL_FABRIC_PROVIDER=" + requested +
+                             " is not available with RDM endpoints and tagged messages");
+  }
+  for (fi_info* info = all.get(); info != nullptr && chosen.empty(); info = info->next) {
+    std::string name = info->fabric_attr->prov_name;
+    if (skippedByDefault(name)) {
+      NNF_INFO(abi::kLogSubsysInit, "skipping provider %s (too slow; name it explicitly to use it)",
+               name.c_str());
+      continue;
+    }
+    chosen = name;
+  }
+  if (chosen.empty()) throw std::runtime_error("no usable libfabric provider found");
+
+  ProviderChoice choice;
+  choice.provider = chosen;
+  std::set<std::string> domainsSeen;
+  for (fi_info* info = all.get(); info != nullptr; info = info->next) {
+    if (chosen != info->fabric_attr->prov_name) continue;
+    // Several entries can describe one domain (IPv4 and IPv6 fabrics of one interface): the
+    // first one wins, so each NIC becomes exactly one device.
+    if (!domainsSeen.insert(info->domain_attr->name).second) continue;
+    choice.providerVersion = info->fabric_attr->prov_version;
+    choice.domains.emplace_back(fi_dupinfo(info));
+    if (!choice.domains.back()) throw std::runtime_error("fi_dupinfo failed");
+  }
+  return choice;
+}
+
+}  // namespace nnf::fabric

@@ -1,0 +1,31 @@
+// Provider selection: which libfabric provider and which of its domains (NICs) the plugin uses.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fabric/fid.h"
+
+namespace nnf::fabric {
+
+struct ProviderChoice {
+  std::string provider;          // fi_info->fabric_attr->prov_name, e.g. "efa", "tcp;ofi_rxm"
+  uint32_t providerVersion = 0;  // FI_VERSION encoded
+  std::vector<InfoPtr> domains;  // one fi_info per NIC/domain, in libfabric's order
+};
+
+// The fi_getinfo hints for the sendrecv protocol: RDM endpoints with tagged messages.
+InfoPtr makeHints();
+
+// Every provider that offers what the plugin needs, in libfabric's order (for tools).
+std::vector<std::string> listUsableProviders();
+
+// Picks the provider: `requested` (NCCL_FABRIC_PROVIDER) when non-empty, else efa when
+// present, else the first usable one. FI_PROVIDER is honoured by libfabric itself. Throws
+// std::runtime_error with a clear message when nothing usable exists.
+ProviderChoice selectProvider(const std::string& requested);
+
+// True when `name` (full "tcp;ofi_rxm" or its core "tcp") designates provider `provName`.
+bool providerMatches(const std::string& name, const std::string& provName);
+
+}  // namespace nnf::fabric

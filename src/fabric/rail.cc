@@ -1,0 +1,82 @@
+#include "fabric/rail.h"
+
+#include <stdexcept>
+
+namespace nnf::fabric {
+namespace {
+
+[[noreturn]] void fail(const std::string& what, int code, const fi_info* info) {
+  throw std::runtime_error(what + " failed on " + info->fabric_attr->prov_name + "/" +
+                           info->domain_attr->name + ": " + errorText(code));
+}
+
+}  // namespace
+
+Rail::Rail(const fi_info* info, size_t cqSize) : info_(fi_dupinfo(info)) {
+  if (!info_) throw std::runtime_error("fi_dupinfo failed");
+  int ret = fi_fabric(info_->fabric_attr, fabric_.out(), nullptr);
+  if (ret != 0) fail("fi_fabric", ret, info_.get());
+  ret = fi_domain(fabric_.get(), info_.get(), domain_.out(), nullptr);
+  if (ret != 0) fail("fi_domain", ret, info_.get());
+
+  fi_av_attr avAttr{};
+  avAttr.type = FI_AV_TABLE;
+  ret = fi_av_open(domain_.get(), &avAttr, av_.out(), nullptr);
+  if (ret != 0) fail("fi_av_open", ret, info_.get());
+
+  fi_cq_attr cqAttr{};
+  cqAttr.format = FI_CQ_FORMAT_TAGGED;
+  cqAttr.wait_obj = FI_WAIT_NONE;
+  cqAttr.size = cqSize;
+  ret = fi_cq_open(domain_.get(), &cqAttr, cq_.out(), nullptr);
+  if (ret != 0) fail("fi_cq_open", ret, info_.get());
+
+  ret = fi_endpoint(domain_.get(), info_.get(), ep_.out(), nullptr);
+  if (ret != 0) fail("fi_endpoint", ret, info_.get());
+  ret = fi_ep_bind(ep_.get(), &av_->fid, 0);
+  if (ret != 0) fail("fi_ep_bind(av)", ret, info_.get());
+  ret = fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV);
+  if (ret != 0) fail("fi_ep_bind(cq)", ret, info_.get());
+  ret = fi_enable(ep_.get());
+  if (ret != 0) fail("fi_enable", ret, info_.get());
+
+  size_t length = 0;
+  ret = fi_getname(&ep_->fid, nullptr, &length);
+  if (ret != -FI_ETOOSMALL && ret != 0) fail("fi_getname", ret, info_.get());
+  address_.resize(length);
+  ret = fi_getname(&ep_->fid, address_.data(), &length);
+  if (ret != 0) fail("fi_getname", ret, info_.get());
+  address_.resize(length);
+}
+
+Rail::~Rail() {
+  // The endpoint goes first so that no completion can reference freed state; members then
+  // close the CQ, AV, domain and fabric in reverse declaration order.
+  ep_.reset();
+}
+
+int Rail::insertAddress(const void* address, size_t length, fi_addr_t* out) {
+  (void)length;  // the provider knows its address format's length
+  fi_addr_t addr = FI_ADDR_UNSPEC;
+  int ret = fi_av_insert(av_.get(), address, 1, &addr, 0, nullptr);
+  if (ret != 1) return ret < 0 ? ret : -FI_EINVAL;
+  *out = addr;
+  return 0;
+}
+
+ssize_t Rail::readError(fi_cq_err_entry* entry, const char** text) {
+  if (errorBuffer_.empty()) errorBuffer_.resize(256);
+  *entry = fi_cq_err_entry{};
+  entry->err_data = errorBuffer_.data();
+  entry->err_data_size = errorBuffer_.size();
+  ssize_t ret = fi_cq_readerr(cq_.get(), entry, 0);
+  if (ret > 0) *text = fi_cq_strerror(cq_.get(), entry->prov_errno, entry->err_data, nullptr, 0);
+  return ret;
+}
+
+bool Rail::needsLocalRegistration() const {
+  return (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 ||
+         (info_->mode & FI_LOCAL_MR) != 0;
+}
+
+}  // namespace nnf::fabric

@@ -1,0 +1,67 @@
+// One NIC's worth of libfabric objects: fabric, domain, address vector, completion queue and the
+// RDM endpoint shared by every comm on it. Opened in the constructor (which throws on failure
+// with the libfabric error text), closed in reverse order by the members' destructors.
+// Not thread-safe: the owning device serialises access.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_tagged.h>
+
+#include <string>
+#include <vector>
+
+#include "fabric/fid.h"
+
+namespace nnf::fabric {
+
+class Rail {
+ public:
+  // `info` is copied; `cqSize` sizes the completion queue (0: provider default).
+  Rail(const fi_info* info, size_t cqSize);
+  ~Rail();
+  Rail(const Rail&) = delete;
+  Rail& operator=(const Rail&) = delete;
+
+  const fi_info* info() const { return info_.get(); }
+  fid_domain* domain() const { return domain_.get(); }
+  fid_ep* endpoint() const { return ep_.get(); }
+
+  // The endpoint's address as raw bytes (what a peer inserts into its address vector).
+  const std::vector<uint8_t>& address() const { return address_; }
+
+  // Inserts a peer address; returns 0 and sets *out, or a negative libfabric error.
+  int insertAddress(const void* address, size_t length, fi_addr_t* out);
+
+  ssize_t tsend(const void* buf, size_t len, void* desc, fi_addr_t dest, uint64_t tag,
+                void* context) {
+    return fi_tsend(ep_.get(), buf, len, desc, dest, tag, context);
+  }
+  ssize_t trecv(void* buf, size_t len, void* desc, fi_addr_t src, uint64_t tag, uint64_t ignore,
+                void* context) {
+    return fi_trecv(ep_.get(), buf, len, desc, src, tag, ignore, context);
+  }
+  ssize_t readCompletions(fi_cq_tagged_entry* entries, size_t count) {
+    return fi_cq_read(cq_.get(), entries, count);
+  }
+  // Reads one error entry; returns its text in *text (valid until the next call).
+  ssize_t readError(fi_cq_err_entry* entry, const char** text);
+  int cancel(void* context) { return static_cast<int>(fi_cancel(&ep_->fid, context)); }
+
+  // Whether the provider needs a descriptor for local buffers (FI_MR_LOCAL).
+  bool needsLocalRegistration() const;
+
+ private:
+  InfoPtr info_;
+  Fid<fid_fabric> fabric_;
+  Fid<fid_domain> domain_;
+  Fid<fid_av> av_;
+  Fid<fid_cq> cq_;
+  Fid<fid_ep> ep_;
+  std::vector<uint8_t> address_;
+  std::vector<char> errorBuffer_;
+};
+
+}  // namespace nnf::fabric

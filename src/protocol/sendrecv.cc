@@ -1,0 +1,62 @@
+#include "protocol/sendrecv.h"
+
+#include "core/device.h"
+#include "core/memory_handle.h"
+#include "core/recv_comm.h"
+#include "core/send_comm.h"
+#include "core/tags.h"
+#include "log/log.h"
+
+namespace nnf::protocol {
+namespace {
+
+bool nextSequence(core::DataComm& comm, int tag, uint32_t* seq) {
+  int64_t next = comm.sequences().next(tag);
+  if (next < 0) {
+    NNF_WARN("comm %u carries more than %zu distinct NCCL tags", comm.id(),
+             comm.sequences().capacity());
+    return false;
+  }
+  *seq = static_cast<uint32_t>(next);
+  return true;
+}
+
+}  // namespace
+
+abi::Result SendRecv::postSend(core::SendComm& comm, core::Request& request, void* data,
+                               size_t size, int tag, core::MemoryHandle* handle) {
+  uint32_t seq;
+  if (!nextSequence(comm, tag, &seq)) return abi::kInternalError;
+  core::Operation& op = request.ops[0];
+  op.owner = &comm;
+  op.type = core::OpType::kSend;
+  op.buffer = data;
+  op.length = size;
+  op.desc = handle != nullptr ? handle->desc : nullptr;
+  op.peer = comm.peer();
+  op.tag = core::tags::data(comm.remoteId(), seq, tag);
+  return comm.device().post(op);
+}
+
+abi::Result SendRecv::postRecv(core::RecvComm& comm, core::Request& request, int count,
+                               void* const* data, const size_t* sizes, const int* tags,
+                               core::MemoryHandle* const* handles) {
+  for (int i = 0; i < count; ++i) {
+    uint32_t seq;
+    if (!nextSequence(comm, tags[i], &seq)) return abi::kInternalError;
+    core::Operation& op = request.ops[i];
+    op.owner = &comm;
+    op.type = core::OpType::kRecv;
+    op.buffer = data[i];
+    op.length = sizes[i];
+    op.desc = handles != nullptr && handles[i] != nullptr ? handles[i]->desc : nullptr;
+    op.peer = FI_ADDR_UNSPEC;
+    op.tag = core::tags::data(comm.id(), seq, tags[i]);
+    abi::Result result = comm.device().post(op);
+    // Operations already posted stay with the request; it fails as a whole in test().
+    if (result != abi::kSuccess) return result;
+  }
+  return abi::kSuccess;
+}
+
+}  // namespace nnf::protocol

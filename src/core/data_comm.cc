@@ -1,9 +1,16 @@
 #include "core/data_comm.h"
 
 #include <rdma/fi_errno.h>
+#include <signal.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+
+#include "core/clock.h"
 #include "core/device.h"
 #include "core/tags.h"
+#include "core/wire.h"
 #include "log/log.h"
 
 namespace nnf::core {
@@ -13,12 +20,90 @@ constexpr size_t kTagsPerComm = 256;
 }  // namespace
 
 DataComm::DataComm(Device& device, Kind kind, uint32_t id, size_t requests, size_t opsPerRequest)
-    : Comm(device, kind, id), pool_(this, requests, opsPerRequest), sequences_(kTagsPerComm) {}
+    : Comm(device, kind, id), pool_(this, requests, opsPerRequest), sequences_(kTagsPerComm) {
+  peerCheckNs_ = static_cast<uint64_t>(device.config().integer(config::Param::kPeerCheckMs)) * 1000000;
+  requestTimeoutNs_ =
+      static_cast<uint64_t>(device.config().integer(config::Param::kRequestTimeoutS)) * 1000000000;
+  // A local-only provider (shm) accepts messages for a dead process without complaint, so a
+  // ping proves nothing there; the pid check covers it.
+  pingsDetectDeath_ = !device.localOnly();
+  pingSend_.owner = this;
+  pingSend_.type = OpType::kSend;
+  pingReceive_.owner = this;
+  pingReceive_.type = OpType::kRecv;
+  pingReceive_.tag = tags::control(id, tags::ControlKind::kPing);
+}
+
+void DataComm::setPeerIdentity(uint32_t pid, uint64_t hostId) {
+  peerPid_ = pid;
+  peerLocal_ = hostId == wire::localHostId();
+}
+
+abi::Result DataComm::startLiveness() { return device().post(pingReceive_); }
+
+void DataComm::checkStalled(Request& request) {
+  if (peerCheckNs_ == 0 && requestTimeoutNs_ == 0) return;
+  uint64_t now = nowNs();
+  uint64_t waited = now - request.postedNs;
+  if (requestTimeoutNs_ != 0 && waited > requestTimeoutNs_ && request.state == Request::State::kActive) {
+    NNF_WARN("a request on comm %u waited %llu s without completing (NCCL_FABRIC_REQUEST_TIMEOUT_S)",
+             id(), static_cast<unsigned long long>(waited / 1000000000));
+    request.state = Request::State::kFailed;
+    request.error = abi::kRemoteError;
+    for (int i = 0; i < request.count; ++i) cancel(request.ops[i]);
+    return;
+  }
+  if (peerCheckNs_ == 0 || waited < peerCheckNs_ || now - lastPeerCheckNs_ < peerCheckNs_) return;
+  lastPeerCheckNs_ = now;
+  if (peerLocal_ && peerPid_ != 0 && kill(static_cast<pid_t>(peerPid_), 0) != 0 && errno == ESRCH) {
+    char why[64];
+    snprintf(why, sizeof(why), "peer process %u has exited", peerPid_);
+    failPeer(why);
+    return;
+  }
+  if (pingsDetectDeath_ && !pingSend_.inFlight && !pingSend_.queued) {
+    pingSend_.buffer = nullptr;
+    pingSend_.length = 0;
+    pingSend_.peer = peer_;
+    pingSend_.tag = tags::control(remoteId_, tags::ControlKind::kPing);
+    device().post(pingSend_);
+  }
+}
+
+void DataComm::failPeer(const char* why) {
+  if (peerFailed_) return;
+  peerFailed_ = true;
+  NNF_WARN("comm %u: %s; failing its pending requests", id(), why);
+  for (Request& request : pool_.all()) {
+    if (request.state != Request::State::kActive) continue;
+    request.state = Request::State::kFailed;
+    request.error = abi::kRemoteError;
+    for (int i = 0; i < request.count; ++i) cancel(request.ops[i]);
+  }
+}
+
+void DataComm::onPing(Operation& op, int error, const char* text) {
+  if (closed()) return;
+  if (&op == &pingReceive_) {
+    if (error == 0 || error == FI_ETRUNC) device().post(pingReceive_);
+    return;
+  }
+  if (error != 0) {
+    char why[160];
+    snprintf(why, sizeof(why), "peer unreachable (%s: %s)", fi_strerror(error),
+             text != nullptr ? text : "");
+    failPeer(why);
+  }
+}
 
 void DataComm::onComplete(Operation& op, size_t length) {
   Request* request = op.request;
   if (request == nullptr) {
-    onControlComplete(op, length);
+    if (isPing(op)) {
+      onPing(op, 0, nullptr);
+    } else {
+      onControlComplete(op, length);
+    }
     return;
   }
   request->sizes[op.index] = op.type == OpType::kSend ? op.length : length;
@@ -33,7 +118,11 @@ void DataComm::finish(Request& request) {
 void DataComm::onError(Operation& op, int error, size_t overflow, const char* text) {
   Request* request = op.request;
   if (request == nullptr) {
-    onControlError(op, error, text);
+    if (isPing(op)) {
+      onPing(op, error, text);
+    } else {
+      onControlError(op, error, text);
+    }
     return;
   }
   --request->remaining;
@@ -76,7 +165,7 @@ void DataComm::abandon(Request& request) {
 }
 
 int DataComm::inFlight() const {
-  int count = controlInFlight();
+  int count = controlInFlight() + (pingSend_.inFlight ? 1 : 0) + (pingReceive_.inFlight ? 1 : 0);
   for (const Request& request : const_cast<DataComm*>(this)->pool_.all()) {
     for (int i = 0; i < request.count; ++i) count += request.ops[i].inFlight ? 1 : 0;
   }
@@ -85,6 +174,8 @@ int DataComm::inFlight() const {
 
 void DataComm::cancelInFlight() {
   cancelControl();
+  cancel(pingSend_);
+  cancel(pingReceive_);
   for (Request& request : pool_.all()) {
     if (request.state == Request::State::kFree) continue;
     for (int i = 0; i < request.count; ++i) cancel(request.ops[i]);

@@ -24,6 +24,14 @@ class DataComm : public Comm {
   void onError(Operation& op, int error, size_t overflow, const char* text) override;
   int inFlight() const override;
 
+  // Peer liveness. The handshake tells who the peer is; a request that waits too long makes the
+  // comm check that the peer is alive (its pid when on this host, a ping otherwise) and, when
+  // NCCL_FABRIC_REQUEST_TIMEOUT_S is set, fails once that time has passed.
+  void setPeerIdentity(uint32_t pid, uint64_t hostId);
+  abi::Result startLiveness();  // posts the ping receive (device lock held)
+  void checkStalled(Request& request);
+  bool peerFailed() const { return peerFailed_; }
+
   // Gives up a request whose posting failed: cancels what was posted; the request returns to
   // the pool once the provider has let go of it.
   void abandon(Request& request);
@@ -47,6 +55,9 @@ class DataComm : public Comm {
   virtual void cancelControl() = 0;
 
   void finish(Request& request);
+  void failPeer(const char* why);
+  bool isPing(const Operation& op) const { return &op == &pingSend_ || &op == &pingReceive_; }
+  void onPing(Operation& op, int error, const char* text);
 
   fi_addr_t peer_ = FI_ADDR_UNSPEC;
   uint32_t remoteId_ = 0;
@@ -54,6 +65,15 @@ class DataComm : public Comm {
  private:
   RequestPool pool_;
   SequenceTable sequences_;
+  Operation pingSend_;
+  Operation pingReceive_;
+  uint32_t peerPid_ = 0;
+  bool peerLocal_ = false;
+  bool peerFailed_ = false;
+  bool pingsDetectDeath_ = false;
+  uint64_t peerCheckNs_ = 0;
+  uint64_t requestTimeoutNs_ = 0;
+  uint64_t lastPeerCheckNs_ = 0;
 };
 
 }  // namespace nnf::core

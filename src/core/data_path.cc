@@ -1,6 +1,7 @@
 // Memory registration and the data path entry points: isend, irecv, iflush, test.
 #include <rdma/fi_errno.h>
 
+#include "core/clock.h"
 #include "core/memory_handle.h"
 #include "core/plugin.h"
 #include "core/recv_comm.h"
@@ -113,11 +114,13 @@ abi::Result Plugin::isend(void* sendComm, void* data, size_t size, int tag, void
   }
   Device& device = comm->device();
   std::lock_guard<std::mutex> lock(device.mutex());
+  if (comm->peerFailed()) return abi::kRemoteError;
   Request* request = comm->pool().acquire(1);
   if (request == nullptr) {
     *out = nullptr;  // all requests busy: NCCL retries
     return abi::kSuccess;
   }
+  request->postedNs = nowNs();
   abi::Result result = device.protocol().postSend(*comm, *request, data, size, tag, mh);
   if (result != abi::kSuccess) {
     comm->abandon(*request);
@@ -150,11 +153,13 @@ abi::Result Plugin::irecv(void* recvComm, int count, void* const* data, const si
   }
   Device& device = comm->device();
   std::lock_guard<std::mutex> lock(device.mutex());
+  if (comm->peerFailed()) return abi::kRemoteError;
   Request* request = comm->pool().acquire(static_cast<uint8_t>(count));
   if (request == nullptr) {
     *out = nullptr;
     return abi::kSuccess;
   }
+  request->postedNs = nowNs();
   abi::Result result = device.protocol().postRecv(*comm, *request, count, data, sizes, tags, mhs);
   if (result != abi::kSuccess) {
     comm->abandon(*request);
@@ -191,6 +196,7 @@ abi::Result Plugin::test(void* request, int* done, size_t* sizes, int* count) {
   if (req->state == Request::State::kActive) {
     abi::Result result = device.progress();
     if (result != abi::kSuccess) return result;
+    if (req->state == Request::State::kActive) comm.checkStalled(*req);
   }
   switch (req->state) {
     case Request::State::kDone:

@@ -45,6 +45,8 @@ int speedOf(const fi_info* info, int defaultMbps) {
 
 Device::Device(int index, const fi_info* info, const config::Config& config)
     : index_(index), config_(config), provider_(info->fabric_attr->prov_name) {
+  localOnly_ = provider_ == "shm" ||
+               ((info->caps & FI_LOCAL_COMM) != 0 && (info->caps & FI_REMOTE_COMM) == 0);
   rail_ = std::make_unique<fabric::Rail>(info, 0);
   protocol_ = std::make_unique<protocol::SendRecv>();
   completions_.resize(static_cast<size_t>(config.integer(config::Param::kCqReadCount)));

@@ -49,6 +49,8 @@ class Device {
   fabric::Rail& rail() { return *rail_; }
   protocol::Protocol& protocol() { return *protocol_; }
   const std::string& provider() const { return provider_; }
+  // True for providers that only reach processes on this host (shm).
+  bool localOnly() const { return localOnly_; }
 
   // --- everything below: caller holds mutex() ---
 
@@ -92,6 +94,7 @@ class Device {
   int index_;
   const config::Config& config_;
   std::string provider_;
+  bool localOnly_ = false;
   std::mutex mutex_;
   std::unique_ptr<fabric::Rail> rail_;
   std::unique_ptr<protocol::Protocol> protocol_;

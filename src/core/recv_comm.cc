@@ -19,6 +19,9 @@ abi::Result RecvComm::start(const wire::ConnectMessage& request) {
     return abi::kSystemError;
   }
   remoteId_ = request.senderCommId;
+  setPeerIdentity(request.pid, request.hostId);
+  abi::Result result = startLiveness();
+  if (result != abi::kSuccess) return result;
   acceptMessage_ = wire::makeAcceptMessage(id(), request.senderCommId);
   acceptSend_.buffer = &acceptMessage_;
   acceptSend_.length = sizeof(acceptMessage_);

@@ -31,6 +31,8 @@ abi::Result SendComm::start(const wire::ListenHandle& handle) {
   acceptReceive_.tag = tags::control(id(), tags::ControlKind::kAccept);
   abi::Result result = device().post(acceptReceive_);
   if (result != abi::kSuccess) return result;
+  result = startLiveness();
+  if (result != abi::kSuccess) return result;
 
   const auto& address = device().rail().address();
   connectMessage_ = wire::makeConnectMessage(id(), handle.listenerId, address.data(), address.size());
@@ -54,6 +56,7 @@ void SendComm::onControlComplete(Operation& op, size_t length) {
       return;
     }
     remoteId_ = message.recvCommId;
+    setPeerIdentity(message.pid, message.hostId);
     acceptReceived_ = true;
   }
   if (connectSent_ && acceptReceived_) state_ = State::kReady;

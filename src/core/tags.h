@@ -23,7 +23,7 @@ constexpr uint64_t kControlBit = uint64_t{1} << 63;
 constexpr int kCommIdShift = 45;
 constexpr int kSeqShift = 32;
 
-enum class ControlKind : uint32_t { kConnect = 1, kAccept = 2 };
+enum class ControlKind : uint32_t { kConnect = 1, kAccept = 2, kPing = 3 };
 
 constexpr uint64_t data(uint32_t commId, uint32_t seq, int32_t ncclTag) {
   return (uint64_t{commId & kMaxCommId} << kCommIdShift) | (uint64_t{seq & kSeqMask} << kSeqShift) |

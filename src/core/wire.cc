@@ -1,6 +1,9 @@
 #include "core/wire.h"
 
+#include <unistd.h>
+
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 
 #include "core/tags.h"
@@ -38,6 +41,25 @@ uint32_t providerHash(const std::string& provider) {
   uint32_t hash = 2166136261u;  // FNV-1a
   for (unsigned char c : provider) hash = (hash ^ c) * 16777619u;
   return hash;
+}
+
+uint32_t localPid() { return static_cast<uint32_t>(getpid()); }
+
+uint64_t localHostId() {
+  static const uint64_t kHostId = [] {
+  // The boot id is shared by every network namespace of one machine, unlike addresses.
+  std::string text;
+  std::ifstream bootId("/proc/sys/kernel/random/boot_id");
+  if (!std::getline(bootId, text) || text.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    text = host;
+  }
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+  }();
+  return kHostId;
 }
 
 ListenHandle makeListenHandle(uint32_t listenerId, const std::string& provider, const void* address,
@@ -92,6 +114,8 @@ ConnectMessage makeConnectMessage(uint32_t senderCommId, uint32_t listenerId, co
   message.senderCommId = senderCommId;
   message.listenerId = listenerId;
   message.addressLength = static_cast<uint16_t>(addressLength);
+  message.pid = localPid();
+  message.hostId = localHostId();
   memcpy(message.address, address, addressLength);
   return message;
 }
@@ -127,6 +151,8 @@ AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId) {
   message.length = sizeof(AcceptMessage);
   message.recvCommId = recvCommId;
   message.senderCommId = senderCommId;
+  message.pid = localPid();
+  message.hostId = localHostId();
   return message;
 }
 

@@ -38,10 +38,11 @@ struct ConnectMessage {
   uint32_t listenerId;
   uint16_t addressLength;
   uint16_t reserved;
-  uint32_t reserved2;
+  uint32_t pid;     // with hostId: lets a peer on the same host notice that we died
+  uint64_t hostId;
   uint8_t address[kMaxAddressLength];
 };
-static_assert(sizeof(ConnectMessage) == 120);
+static_assert(sizeof(ConnectMessage) == 128);
 
 // Listener → sender: "your receiver is recv comm `recvCommId`".
 struct AcceptMessage {
@@ -51,8 +52,15 @@ struct AcceptMessage {
   uint16_t length;
   uint32_t recvCommId;
   uint32_t senderCommId;
+  uint32_t pid;
+  uint32_t reserved;
+  uint64_t hostId;
 };
-static_assert(sizeof(AcceptMessage) == 16);
+static_assert(sizeof(AcceptMessage) == 32);
+
+// This process's identity as carried in set-up messages.
+uint32_t localPid();
+uint64_t localHostId();
 
 uint32_t providerHash(const std::string& provider);
 

@@ -3,62 +3,26 @@
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
-#include <climits>
-#include <cstdlib>
 
 #include "core/tags.h"
 #include "log/log.h"
 #include "protocol/sendrecv.h"
 
 namespace nnf::core {
-namespace {
 
-uint64_t fnv1a(const std::string& text, uint64_t hash = 14695981039346656037ull) {
-  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
-  return hash;
-}
-
-// The /sys path of a PCI NIC, or "" when the provider gives no PCI data (virtual interfaces).
-std::string pciPathOf(const fi_info* info) {
-  if (info->nic == nullptr || info->nic->bus_attr == nullptr ||
-      info->nic->bus_attr->bus_type != FI_BUS_PCI) {
-    return "";
-  }
-  const fi_pci_attr& pci = info->nic->bus_attr->attr.pci;
-  char name[64];
-  snprintf(name, sizeof(name), "/sys/bus/pci/devices/%04x:%02x:%02x.%x", pci.domain_id, pci.bus_id,
-           pci.device_id, pci.function_id);
-  char resolved[PATH_MAX];
-  // NCCL wants the canonical path (it walks up it to find the PCI switches).
-  if (realpath(name, resolved) != nullptr) return resolved;
-  return name;
-}
-
-int speedOf(const fi_info* info, int defaultMbps) {
-  if (info->nic != nullptr && info->nic->link_attr != nullptr && info->nic->link_attr->speed > 0) {
-    return static_cast<int>(std::min<uint64_t>(info->nic->link_attr->speed / 1000000, INT_MAX));
-  }
-  return defaultMbps;
-}
-
-}  // namespace
-
-Device::Device(int index, const fi_info* info, const config::Config& config)
-    : index_(index), config_(config), provider_(info->fabric_attr->prov_name) {
+Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
+    : index_(index),
+      config_(config),
+      provider_(spec.rails.front()->fabric_attr->prov_name),
+      properties_(spec.properties),
+      railNames_(spec.railNames),
+      gpus_(spec.gpus) {
+  const fi_info* leader = spec.rails.front();
   localOnly_ = provider_ == "shm" ||
-               ((info->caps & FI_LOCAL_COMM) != 0 && (info->caps & FI_REMOTE_COMM) == 0);
-  rail_ = std::make_unique<fabric::Rail>(info, 0);
+               ((leader->caps & FI_LOCAL_COMM) != 0 && (leader->caps & FI_REMOTE_COMM) == 0);
+  rail_ = std::make_unique<fabric::Rail>(leader, 0);
   protocol_ = std::make_unique<protocol::SendRecv>();
   completions_.resize(static_cast<size_t>(config.integer(config::Param::kCqReadCount)));
-
-  properties_.name = info->domain_attr->name;
-  properties_.pciPath = pciPathOf(info);
-  properties_.guid = fnv1a(properties_.pciPath.empty() ? properties_.name : properties_.pciPath,
-                           fnv1a(provider_));
-  properties_.speedMbps = speedOf(info, static_cast<int>(config.integer(config::Param::kDefaultSpeedMbps)));
-  properties_.latencyUs = static_cast<float>(config.integer(config::Param::kDeviceLatencyUs));
-  properties_.maxComms = static_cast<int>(tags::kMaxCommId);
-  properties_.maxRecvs = static_cast<int>(config.integer(config::Param::kMaxRecvs));
 }
 
 Device::~Device() {

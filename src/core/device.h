@@ -34,16 +34,27 @@ struct DeviceProperties {
   int maxRecvs = 1;
 };
 
+// What the plugin decided a device is: its NICs (rails, leader first) and its properties.
+struct DeviceSpec {
+  std::vector<const fi_info*> rails;
+  DeviceProperties properties;
+  std::vector<std::string> railNames;
+  std::vector<std::string> gpus;  // PCI addresses of the GPUs it serves, nearest first
+};
+
 class Device {
  public:
-  // Opens the rail's fabric objects; throws std::runtime_error with the libfabric error text.
-  Device(int index, const fi_info* info, const config::Config& config);
+  // Opens the leader rail's fabric objects (the sendrecv protocol moves data on the leader
+  // only); throws std::runtime_error with the libfabric error text.
+  Device(int index, const DeviceSpec& spec, const config::Config& config);
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
   int index() const { return index_; }
   const DeviceProperties& properties() const { return properties_; }
+  const std::vector<std::string>& railNames() const { return railNames_; }
+  const std::vector<std::string>& gpus() const { return gpus_; }
   const config::Config& config() const { return config_; }
   std::mutex& mutex() { return mutex_; }
   fabric::Rail& rail() { return *rail_; }
@@ -99,6 +110,8 @@ class Device {
   std::unique_ptr<fabric::Rail> rail_;
   std::unique_ptr<protocol::Protocol> protocol_;
   DeviceProperties properties_;
+  std::vector<std::string> railNames_;
+  std::vector<std::string> gpus_;
   std::vector<fi_cq_tagged_entry> completions_;
   Operation* queueHead_ = nullptr;
   Operation* queueTail_ = nullptr;

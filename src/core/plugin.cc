@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "core/device_plan.h"
 #include "fabric/provider.h"
 #include "log/log.h"
 
@@ -74,12 +75,19 @@ abi::Result Plugin::init(abi::Logger logger) {
     return initResult_;
   }
   provider_ = choice.provider;
-  for (size_t i = 0; i < choice.domains.size(); ++i) {
+  std::vector<DeviceSpec> specs;
+  try {
+    specs = planDevices(choice, *config_);
+  } catch (const config::ConfigError& error) {
+    NNF_WARN("invalid configuration: %s", error.what());
+    initResult_ = abi::kInvalidUsage;
+    return initResult_;
+  }
+  for (const DeviceSpec& spec : specs) {
     try {
-      devices_.push_back(std::make_unique<Device>(static_cast<int>(devices_.size()),
-                                                  choice.domains[i].get(), *config_));
+      devices_.push_back(std::make_unique<Device>(static_cast<int>(devices_.size()), spec, *config_));
     } catch (const std::exception& error) {
-      NNF_WARN("skipping NIC %s: %s", choice.domains[i]->domain_attr->name, error.what());
+      NNF_WARN("skipping device %s: %s", spec.properties.name.c_str(), error.what());
     }
   }
   if (devices_.empty()) {
@@ -92,8 +100,12 @@ abi::Result Plugin::init(abi::Logger logger) {
            devices_.front()->protocol().name(), devices_.size());
   for (const auto& device : devices_) {
     const DeviceProperties& props = device->properties();
-    NNF_INFO(abi::kLogSubsysInit, "device %d: %s pci=%s speed=%d Mbps maxRecvs=%d",
-             device->index(), props.name.c_str(),
+    std::string rails;
+    for (const std::string& rail : device->railNames()) rails += (rails.empty() ? "" : ",") + rail;
+    std::string gpus;
+    for (const std::string& gpu : device->gpus()) gpus += (gpus.empty() ? "" : ",") + gpu;
+    NNF_INFO(abi::kLogSubsysInit, "device %d: %s rails=%s gpus=%s pci=%s speed=%d Mbps maxRecvs=%d",
+             device->index(), props.name.c_str(), rails.c_str(), gpus.empty() ? "none" : gpus.c_str(),
              props.pciPath.empty() ? "none" : props.pciPath.c_str(), props.speedMbps,
              props.maxRecvs);
   }

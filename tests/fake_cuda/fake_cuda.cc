@@ -1,0 +1,131 @@
+// A stand-in for libcuda.so.1 in tests: implements the driver entry points the plugin loads and
+// treats host ranges declared through nnfFakeCudaDeclare as device memory of an ordinal.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace {
+
+struct Range {
+  uintptr_t start;
+  uintptr_t end;
+  int ordinal;
+};
+
+std::mutex g_mutex;
+std::vector<Range> g_ranges;
+std::atomic<int> g_initResult{0};
+std::atomic<int> g_flushes{0};
+std::atomic<int> g_exports{0};
+
+// Values as in cuda.h.
+constexpr int kSuccess = 0;
+constexpr int kInvalidValue = 1;
+constexpr int kNotInitialized = 3;
+constexpr int kAttrMemoryType = 2;
+constexpr int kAttrDeviceOrdinal = 9;
+constexpr unsigned kMemoryTypeDevice = 2;
+constexpr int kDmaBufFd = 1;
+
+bool g_initialized = false;
+
+const Range* find(uintptr_t address) {
+  for (const Range& range : g_ranges)
+    if (address >= range.start && address < range.end) return &range;
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Test controls.
+__attribute__((visibility("default"))) void nnfFakeCudaDeclare(void* base, size_t length,
+                                                               int ordinal) {
+  std::lock_guard<std::mutex> guard(g_mutex);
+  auto start = reinterpret_cast<uintptr_t>(base);
+  g_ranges.push_back({start, start + length, ordinal});
+}
+
+__attribute__((visibility("default"))) void nnfFakeCudaReset() {
+  std::lock_guard<std::mutex> guard(g_mutex);
+  g_ranges.clear();
+  g_initResult = 0;
+  g_flushes = 0;
+  g_exports = 0;
+  g_initialized = false;
+}
+
+// Makes the next cuInit return `result` (100 = CUDA_ERROR_NO_DEVICE).
+__attribute__((visibility("default"))) void nnfFakeCudaSetInitResult(int result) {
+  g_initResult = result;
+}
+
+__attribute__((visibility("default"))) int nnfFakeCudaFlushCount() {
+  return g_flushes;
+}
+__attribute__((visibility("default"))) int nnfFakeCudaExportCount() {
+  return g_exports;
+}
+
+// Driver API.
+__attribute__((visibility("default"))) int cuInit(unsigned flags) {
+  if (flags != 0) return kInvalidValue;
+  int result = g_initResult;
+  std::lock_guard<std::mutex> guard(g_mutex);
+  g_initialized = result == kSuccess;
+  return result;
+}
+
+__attribute__((visibility("default"))) int cuDriverGetVersion(int* version) {
+  if (version == nullptr) return kInvalidValue;
+  *version = 12040;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int cuPointerGetAttribute(void* data, int attribute,
+                                                                 unsigned long long pointer) {
+  std::lock_guard<std::mutex> guard(g_mutex);
+  if (!g_initialized) return kNotInitialized;
+  const Range* range = find(static_cast<uintptr_t>(pointer));
+  if (range == nullptr) return kInvalidValue;  // what CUDA says for memory it never saw
+  switch (attribute) {
+    case kAttrMemoryType:
+      *static_cast<unsigned*>(data) = kMemoryTypeDevice;
+      return kSuccess;
+    case kAttrDeviceOrdinal:
+      *static_cast<int*>(data) = range->ordinal;
+      return kSuccess;
+    default:
+      return kInvalidValue;
+  }
+}
+
+// Hands out a real descriptor (of /dev/null) so callers can close it like a DMA-BUF fd.
+__attribute__((visibility("default"))) int cuMemGetHandleForAddressRange(void* handle,
+                                                                         unsigned long long pointer,
+                                                                         size_t size, int type,
+                                                                         unsigned long long flags) {
+  std::lock_guard<std::mutex> guard(g_mutex);
+  if (type != kDmaBufFd || handle == nullptr) return kInvalidValue;
+  const Range* range = find(static_cast<uintptr_t>(pointer));
+  if (range == nullptr || pointer + size > range->end) return kInvalidValue;
+  int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return kInvalidValue;
+  *static_cast<int*>(handle) = fd;
+  ++g_exports;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int cuFlushGPUDirectRDMAWrites(int target, int scope) {
+  if (target != 0 || (scope != 100 && scope != 200)) return kInvalidValue;
+  ++g_flushes;
+  return kSuccess;
+}
+
+}  // extern "C"

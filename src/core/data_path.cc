@@ -7,18 +7,10 @@
 #include "core/recv_comm.h"
 #include "core/send_comm.h"
 #include "log/log.h"
+#include "memory/gdr_policy.h"
 
 namespace nnf::core {
 namespace {
-
-const char* memoryTypeName(int type) {
-  switch (type) {
-    case abi::kPtrHost: return "host";
-    case abi::kPtrCuda: return "cuda";
-    case abi::kPtrDmaBuf: return "dmabuf";
-    default: return "unknown";
-  }
-}
 
 MemoryHandle* checkHandle(void* handle, const char* caller) {
   auto* mh = static_cast<MemoryHandle*>(handle);
@@ -41,45 +33,23 @@ Comm* checkAnyDataComm(void* comm, const char* caller) {
 }  // namespace
 
 abi::Result Plugin::regMr(void* comm, void* data, size_t size, int type, MemoryHandle** out) {
+  return regMrDmaBuf(comm, data, size, type, 0, -1, out);
+}
+
+abi::Result Plugin::regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset,
+                                int fd, MemoryHandle** out) {
   Comm* owner = checkAnyDataComm(comm, "regMr");
   if (owner == nullptr) return abi::kInternalError;
   if (out == nullptr || (data == nullptr && size > 0)) {
     NNF_WARN("regMr: NULL buffer or handle pointer");
     return abi::kInternalError;
   }
-  if (type != abi::kPtrHost) {
-    NNF_WARN("regMr: %s memory at %p (%zu bytes) is not supported by this device (ptrSupport=%d)",
-             memoryTypeName(type), data, size, owner->device().properties().ptrSupport);
+  if (type == abi::kPtrDmaBuf && fd < 0) {
+    NNF_WARN("regMrDmaBuf: invalid file descriptor %d", fd);
     return abi::kInternalError;
   }
-  Device& device = owner->device();
-  auto handle = std::make_unique<MemoryHandle>();
-  handle->type = type;
-  handle->device = &device;
-  handle->base = reinterpret_cast<uintptr_t>(data);
-  handle->length = size;
-  if (size > 0) {
-    std::lock_guard<std::mutex> lock(device.mutex());
-    uint64_t requestedKey = device.nextRegistrationKey();
-    int ret = fi_mr_reg(device.rail().domain(), data, size, FI_SEND | FI_RECV, 0, requestedKey, 0,
-                        handle->mr.out(), nullptr);
-    if (ret != 0) {
-      NNF_WARN("registering %s memory at %p (%zu bytes) with %s failed: %s", memoryTypeName(type),
-               data, size, device.provider().c_str(), fabric::errorText(ret).c_str());
-      return abi::kSystemError;
-    }
-    handle->desc = fi_mr_desc(handle->mr.get());
-    handle->key = fi_mr_key(handle->mr.get());
-  }
-  *out = handle.release();
-  return abi::kSuccess;
-}
-
-abi::Result Plugin::regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset,
-                                int fd, MemoryHandle** out) {
-  if (type == abi::kPtrHost) return regMr(comm, data, size, type, out);
-  NNF_WARN("regMrDmaBuf: DMA-BUF registration (fd %d) is not supported by this device", fd);
-  return abi::kInternalError;
+  // The registry takes the domain lock itself (through the registrar): no device lock here.
+  return owner->device().memory().registerBuffer(data, size, type, fd, offset, out);
 }
 
 abi::Result Plugin::deregMr(void* comm, void* handle) {
@@ -88,18 +58,7 @@ abi::Result Plugin::deregMr(void* comm, void* handle) {
     if (handle == nullptr) NNF_WARN("deregMr: NULL memory handle");
     return abi::kInternalError;
   }
-  Device& device = *mh->device;
-  {
-    std::lock_guard<std::mutex> lock(device.mutex());
-    int ret = mh->mr.reset();
-    if (ret != 0) {
-      NNF_WARN("deregistering %zu bytes at %p failed: %s", mh->length,
-               reinterpret_cast<void*>(mh->base), fabric::errorText(ret).c_str());
-    }
-  }
-  mh->magic = 0;
-  delete mh;
-  return abi::kSuccess;
+  return mh->registry->deregister(mh);
 }
 
 abi::Result Plugin::isend(void* sendComm, void* data, size_t size, int tag, void* handle,
@@ -173,8 +132,57 @@ abi::Result Plugin::iflush(void* recvComm, int count, void* const* data, const i
                            void* const* handles, Request** out) {
   RecvComm* comm = checkComm<RecvComm>(recvComm, Comm::Kind::kRecv, "iflush");
   if (comm == nullptr || out == nullptr) return abi::kInternalError;
-  // Host memory is coherent once the receive completed: nothing to flush.
   *out = nullptr;
+  if (count < 1 || static_cast<size_t>(count) > comm->maxRecvs() || data == nullptr ||
+      sizes == nullptr || handles == nullptr) {
+    NNF_WARN("iflush: invalid count %d or NULL arrays", count);
+    return abi::kInternalError;
+  }
+  // One flush covers the whole grouped receive: pick the largest GPU buffer that received data.
+  int target = -1;
+  for (int i = 0; i < count; ++i) {
+    MemoryHandle* mh = checkHandle(handles[i], "iflush");
+    if (mh == nullptr || mh->type == memory::MemType::kHost || sizes[i] <= 0) continue;
+    if (target < 0 || sizes[i] > sizes[target]) target = i;
+  }
+  if (target < 0) return abi::kSuccess;  // host memory or nothing received: nothing to flush
+  auto* mh = static_cast<MemoryHandle*>(handles[target]);
+  Device& device = comm->device();
+  memory::FlushDecision decision = memory::decideFlush(
+      {mh->type, static_cast<size_t>(sizes[target]), memory::flushSettingFromConfig(*config_),
+       device.rmaRead(), device.cuda() != nullptr && device.cuda()->hasFlush()});
+  switch (decision.method) {
+    case memory::FlushMethod::kNone:
+      return abi::kSuccess;
+    case memory::FlushMethod::kCuda:
+      if (device.cuda()->flushGdrWrites() != 0) {
+        NNF_WARN("iflush: cuFlushGPUDirectRDMAWrites failed");
+        return abi::kUnhandledCudaError;
+      }
+      return abi::kSuccess;
+    case memory::FlushMethod::kRdmaRead:
+      break;
+  }
+  std::lock_guard<std::mutex> lock(device.mutex());
+  Request* request = comm->pool().acquire(1);
+  if (request == nullptr) return abi::kSuccess;  // NULL request: NCCL retries the flush
+  request->postedNs = nowNs();
+  Operation& op = request->ops[0];
+  MemoryHandle* word = device.flushWord();
+  op.owner = comm;
+  op.type = OpType::kRead;
+  op.buffer = const_cast<void*>(word->base);
+  op.length = 4;
+  op.desc = word->desc;
+  op.peer = device.selfAddress();
+  op.remoteAddress = mh->remoteAddress(data[target]);
+  op.remoteKey = mh->key();
+  abi::Result result = device.post(op);
+  if (result != abi::kSuccess) {
+    comm->abandon(*request);
+    return result;
+  }
+  *out = request;
   return abi::kSuccess;
 }
 

@@ -3,6 +3,7 @@
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/tags.h"
 #include "log/log.h"
@@ -23,27 +24,58 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
   rail_ = std::make_unique<fabric::Rail>(leader, 0);
   protocol_ = std::make_unique<protocol::SendRecv>();
   completions_.resize(static_cast<size_t>(config.integer(config::Param::kCqReadCount)));
+
+  cuda_ = spec.cuda;
+  rmaRead_ = spec.rmaRead;
+  registrar_ = std::make_unique<memory::FabricRegistrar>(rail_->domain(), rail_->info(), mutex_,
+                                                         rail_->endpoint());
+  memory_ = std::make_unique<MemoryRegistry>(*registrar_, memory::MrCacheOptions::fromConfig(config),
+                                             cuda_, properties_.ptrSupport,
+                                             rmaRead_ ? FI_REMOTE_READ : 0);
+  if (rmaRead_) {
+    // Flush reads land in this word: a read from our own endpoint orders after the receive's
+    // data writes, which is what makes them visible to the GPU.
+    if (memory_->registerHost(&flushWord_, sizeof(flushWord_), FI_READ, &flushWordHandle_) !=
+        abi::kSuccess) {
+      throw std::runtime_error("cannot register the GPUDirect flush word");
+    }
+    const auto& self = rail_->address();
+    if (peerAddress(self.data(), self.size(), &selfAddress_) != 0) {
+      throw std::runtime_error("cannot insert our own address for GPUDirect flushes");
+    }
+  }
 }
 
 Device::~Device() {
   // Close the endpoint before the comms whose operations it may still reference.
+  if (flushWordHandle_ != nullptr) memory_->deregister(flushWordHandle_);
+  memory_.reset();
+  registrar_.reset();
   rail_.reset();
   comms_.clear();
 }
 
 abi::Result Device::postNow(Operation& op, ssize_t* ret) {
-  if (op.type == OpType::kSend) {
-    *ret = rail_->tsend(op.buffer, op.length, op.desc, op.peer, op.tag, &op.context);
-  } else {
-    *ret = rail_->trecv(op.buffer, op.length, op.desc, FI_ADDR_UNSPEC, op.tag, 0, &op.context);
+  switch (op.type) {
+    case OpType::kSend:
+      *ret = rail_->tsend(op.buffer, op.length, op.desc, op.peer, op.tag, &op.context);
+      break;
+    case OpType::kRecv:
+      *ret = rail_->trecv(op.buffer, op.length, op.desc, FI_ADDR_UNSPEC, op.tag, 0, &op.context);
+      break;
+    case OpType::kRead:
+      *ret = rail_->read(op.buffer, op.length, op.desc, op.peer, op.remoteAddress, op.remoteKey,
+                         &op.context);
+      break;
   }
   if (*ret == 0) {
     op.inFlight = true;
     return abi::kSuccess;
   }
   if (*ret == -FI_EAGAIN) return abi::kInProgress;
+  static const char* const kNames[] = {"send", "receive", "flush read"};
   NNF_WARN("posting a %zu-byte %s on device %d failed: %s", op.length,
-           op.type == OpType::kSend ? "send" : "receive", index_, fabric::errorText(*ret).c_str());
+           kNames[static_cast<int>(op.type)], index_, fabric::errorText(*ret).c_str());
   return abi::kSystemError;
 }
 

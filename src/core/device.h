@@ -14,6 +14,8 @@
 #include "abi/nccl_abi.h"
 #include "config/config.h"
 #include "core/comm.h"
+#include "core/memory_registry.h"
+#include "memory/fabric_registrar.h"
 #include "core/operation.h"
 #include "fabric/rail.h"
 #include "protocol/protocol.h"
@@ -37,6 +39,8 @@ struct DeviceProperties {
 // What the plugin decided a device is: its NICs (rails, leader first) and its properties.
 struct DeviceSpec {
   std::vector<const fi_info*> rails;
+  const memory::CudaDriver* cuda = nullptr;  // null without CUDA
+  bool rmaRead = false;                      // GPUDirect flush by RDMA read is possible
   DeviceProperties properties;
   std::vector<std::string> railNames;
   std::vector<std::string> gpus;  // PCI addresses of the GPUs it serves, nearest first
@@ -60,6 +64,12 @@ class Device {
   fabric::Rail& rail() { return *rail_; }
   protocol::Protocol& protocol() { return *protocol_; }
   const std::string& provider() const { return provider_; }
+  MemoryRegistry& memory() { return *memory_; }
+  const memory::CudaDriver* cuda() const { return cuda_; }
+  bool rmaRead() const { return rmaRead_; }
+  // Target of GPUDirect flush reads: a registered host word and our own address.
+  MemoryHandle* flushWord() const { return flushWordHandle_; }
+  fi_addr_t selfAddress() const { return selfAddress_; }
   // True for providers that only reach processes on this host (shm).
   bool localOnly() const { return localOnly_; }
 
@@ -109,6 +119,13 @@ class Device {
   std::mutex mutex_;
   std::unique_ptr<fabric::Rail> rail_;
   std::unique_ptr<protocol::Protocol> protocol_;
+  std::unique_ptr<memory::FabricRegistrar> registrar_;
+  std::unique_ptr<MemoryRegistry> memory_;
+  const memory::CudaDriver* cuda_ = nullptr;
+  bool rmaRead_ = false;
+  uint64_t flushWord_ = 0;
+  MemoryHandle* flushWordHandle_ = nullptr;
+  fi_addr_t selfAddress_ = FI_ADDR_UNSPEC;
   DeviceProperties properties_;
   std::vector<std::string> railNames_;
   std::vector<std::string> gpus_;

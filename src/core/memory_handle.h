@@ -1,28 +1,31 @@
-// What regMr returns to NCCL: a registration with the device's domain. Registrations belong to
-// the device, not to a comm, so one serves every comm of the device (regIsGlobal).
+// What regMr returns to NCCL: a reference to a cached registration with the device's domain.
+// Registrations belong to the device, not to a comm, so one serves every comm of the device
+// (regIsGlobal).
 #pragma once
-
-#include <rdma/fi_domain.h>
 
 #include <cstddef>
 #include <cstdint>
 
-#include "fabric/fid.h"
+#include "memory/mr_cache.h"
 
 namespace nnf::core {
 
-class Device;
+class MemoryRegistry;
 
 struct MemoryHandle {
   static constexpr uint32_t kMagic = 0x524d464eu;  // "NFMR"
   uint32_t magic = kMagic;
-  int type = 0;  // NCCL_PTR_*
-  Device* device = nullptr;
-  uintptr_t base = 0;
+  int ncclType = 0;  // NCCL_PTR_*
+  memory::MemType type = memory::MemType::kHost;
+  MemoryRegistry* registry = nullptr;
+  const void* base = nullptr;
   size_t length = 0;
-  fabric::Fid<fid_mr> mr;  // empty when the provider needs no registration for this memory
-  void* desc = nullptr;    // local descriptor for data operations
-  uint64_t key = 0;        // remote key (for RMA protocols)
+  memory::MrHandle* mr = nullptr;  // null for an empty buffer
+  void* desc = nullptr;            // local descriptor for data operations
+
+  // The peer-visible address and key of `ptr` inside this registration (RMA).
+  uint64_t remoteAddress(const void* ptr) const { return mr->registration().remoteAddress(ptr); }
+  uint64_t key() const { return mr->registration().key; }
 };
 
 }  // namespace nnf::core

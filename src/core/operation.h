@@ -14,7 +14,7 @@ struct Request;
 
 class Comm;  // owner of an operation: hears about its completion
 
-enum class OpType : uint8_t { kSend, kRecv };
+enum class OpType : uint8_t { kSend, kRecv, kRead };
 
 struct Operation {
   fi_context2 context;  // provider scratch space (FI_CONTEXT / FI_CONTEXT2 modes)
@@ -29,6 +29,8 @@ struct Operation {
   void* desc = nullptr;
   fi_addr_t peer = FI_ADDR_UNSPEC;
   uint64_t tag = 0;
+  uint64_t remoteAddress = 0;  // kRead: source address and key at the peer
+  uint64_t remoteKey = 0;
   Operation* nextQueued = nullptr;
 
   static Operation* fromContext(void* context) { return static_cast<Operation*>(context); }

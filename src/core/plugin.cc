@@ -7,6 +7,7 @@
 
 #include "core/device_plan.h"
 #include "fabric/provider.h"
+#include "memory/gdr_policy.h"
 #include "log/log.h"
 
 namespace nnf::core {
@@ -66,9 +67,14 @@ abi::Result Plugin::init(abi::Logger logger) {
   }
   applyEnvDefaults();
 
+  cuda_.emplace(memory::CudaDriver::fromConfig(*config_));
+  NNF_INFO(abi::kLogSubsysInit, "CUDA: %s", cuda_->reason().c_str());
+  memory::GdrMode gdrMode = memory::gdrModeFromConfig(*config_);
+  bool wantHmem = cuda_->available() && gdrMode != memory::GdrMode::kOff;
+
   fabric::ProviderChoice choice;
   try {
-    choice = fabric::selectProvider(config_->string(config::Param::kProvider));
+    choice = fabric::selectProvider(config_->string(config::Param::kProvider), wantHmem);
   } catch (const std::exception& error) {
     NNF_WARN("no usable network: %s; NCCL will fall back to its own transports", error.what());
     initResult_ = abi::kSystemError;
@@ -82,6 +88,15 @@ abi::Result Plugin::init(abi::Logger logger) {
     NNF_WARN("invalid configuration: %s", error.what());
     initResult_ = abi::kInvalidUsage;
     return initResult_;
+  }
+  memory::PtrSupport ptrSupport = memory::decidePtrSupport(
+      {choice.hmem, cuda_->available(), NNF_HAVE_FI_MR_DMABUF != 0, gdrMode});
+  NNF_INFO(abi::kLogSubsysInit, "memory: ptrSupport=%d (%s)", ptrSupport.bits,
+           ptrSupport.reason.c_str());
+  for (DeviceSpec& spec : specs) {
+    spec.properties.ptrSupport = ptrSupport.bits;
+    spec.cuda = cuda_->available() ? &*cuda_ : nullptr;
+    spec.rmaRead = choice.rmaRead && (ptrSupport.bits & abi::kPtrCuda) != 0;
   }
   for (const DeviceSpec& spec : specs) {
     try {

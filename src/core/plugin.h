@@ -12,6 +12,7 @@
 #include "abi/nccl_abi.h"
 #include "config/config.h"
 #include "core/device.h"
+#include "memory/cuda_driver.h"
 
 namespace nnf::core {
 
@@ -66,6 +67,7 @@ class Plugin {
   abi::Result initResult_ = abi::kSuccess;
   std::optional<config::Config> config_;
   std::string provider_;
+  std::optional<memory::CudaDriver> cuda_;
   std::vector<std::unique_ptr<Device>> devices_;
 };
 

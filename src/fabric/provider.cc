@@ -19,8 +19,7 @@ constexpr uint32_t kApiVersion = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
 // The sockets provider works but takes milliseconds per message: never pick it on our own.
 bool skippedByDefault(const std::string& provName) { return provName == "sockets"; }
 
-InfoPtr queryAll() {
-  InfoPtr hints = makeHints();
+InfoPtr query(InfoPtr hints) {
   InfoPtr result;
   int ret = fi_getinfo(kApiVersion, nullptr, nullptr, 0, hints.get(), result.out());
   if (ret == -FI_ENODATA) return InfoPtr();
@@ -28,6 +27,31 @@ InfoPtr queryAll() {
     throw std::runtime_error("fi_getinfo failed: " + errorText(ret));
   }
   return result;
+}
+
+InfoPtr queryAll() { return query(makeHints()); }
+
+// The chosen provider's domains, one fi_info each (the first entry per domain name wins).
+std::vector<InfoPtr> domainsOf(const InfoPtr& all, const std::string& provider) {
+  std::vector<InfoPtr> domains;
+  std::set<std::string> seen;
+  for (fi_info* info = all.get(); info != nullptr; info = info->next) {
+    if (provider != info->fabric_attr->prov_name) continue;
+    // Several entries can describe one domain (IPv4 and IPv6 fabrics of one interface).
+    if (!seen.insert(info->domain_attr->name).second) continue;
+    domains.emplace_back(fi_dupinfo(info));
+    if (!domains.back()) throw std::runtime_error("fi_dupinfo failed");
+  }
+  return domains;
+}
+
+InfoPtr hmemHints(const std::string& provider, bool withRead) {
+  InfoPtr hints = makeHints();
+  hints->caps |= FI_HMEM;
+  if (withRead) hints->caps |= FI_RMA | FI_READ | FI_REMOTE_READ;
+  hints->domain_attr->mr_mode |= FI_MR_HMEM;
+  hints->fabric_attr->prov_name = strdup(provider.c_str());
+  return hints;
 }
 
 }  // namespace
@@ -67,7 +91,7 @@ std::vector<std::string> listUsableProviders() {
   return names;
 }
 
-ProviderChoice selectProvider(const std::string& requested) {
+ProviderChoice selectProvider(const std::string& requested, bool wantHmem) {
   InfoPtr all = queryAll();
   if (!all) {
     throw std::runtime_error(
@@ -102,16 +126,28 @@ ProviderChoice selectProvider(const std::string& requested) {
 
   ProviderChoice choice;
   choice.provider = chosen;
-  std::set<std::string> domainsSeen;
   for (fi_info* info = all.get(); info != nullptr; info = info->next) {
-    if (chosen != info->fabric_attr->prov_name) continue;
-    // Several entries can describe one domain (IPv4 and IPv6 fabrics of one interface): the
-    // first one wins, so each NIC becomes exactly one device.
-    if (!domainsSeen.insert(info->domain_attr->name).second) continue;
-    choice.providerVersion = info->fabric_attr->prov_version;
-    choice.domains.emplace_back(fi_dupinfo(info));
-    if (!choice.domains.back()) throw std::runtime_error("fi_dupinfo failed");
+    if (chosen == info->fabric_attr->prov_name) choice.providerVersion = info->fabric_attr->prov_version;
   }
+  choice.domains = domainsOf(all, chosen);
+#if NNF_HAVE_FI_HMEM
+  if (wantHmem) {
+    for (bool withRead : {true, false}) {
+      InfoPtr hmem;
+      try {
+        hmem = query(hmemHints(chosen, withRead));
+      } catch (const std::exception&) {
+        continue;  // the provider cannot do it; host memory it is
+      }
+      std::vector<InfoPtr> domains = domainsOf(hmem, chosen);
+      if (domains.size() != choice.domains.size()) continue;
+      choice.domains = std::move(domains);
+      choice.hmem = true;
+      choice.rmaRead = withRead;
+      break;
+    }
+  }
+#endif
   return choice;
 }
 

@@ -12,6 +12,8 @@ struct ProviderChoice {
   std::string provider;          // fi_info->fabric_attr->prov_name, e.g. "efa", "tcp;ofi_rxm"
   uint32_t providerVersion = 0;  // FI_VERSION encoded
   std::vector<InfoPtr> domains;  // one fi_info per NIC/domain, in libfabric's order
+  bool hmem = false;             // the domains were opened for device memory (FI_HMEM)
+  bool rmaRead = false;          // and offer RDMA reads (GPUDirect flush by read)
 };
 
 // The fi_getinfo hints for the sendrecv protocol: RDM endpoints with tagged messages.
@@ -23,7 +25,9 @@ std::vector<std::string> listUsableProviders();
 // Picks the provider: `requested` (NCCL_FABRIC_PROVIDER) when non-empty, else efa when
 // present, else the first usable one. FI_PROVIDER is honoured by libfabric itself. Throws
 // std::runtime_error with a clear message when nothing usable exists.
-ProviderChoice selectProvider(const std::string& requested);
+// With `wantHmem` (CUDA usable, GPUDirect not forced off) the chosen provider is asked again
+// for FI_HMEM (and RDMA reads for the flush); when it cannot, it is used for host memory only.
+ProviderChoice selectProvider(const std::string& requested, bool wantHmem = false);
 
 // True when `name` (full "tcp;ofi_rxm" or its core "tcp") designates provider `provName`.
 bool providerMatches(const std::string& name, const std::string& provName);

@@ -8,6 +8,7 @@
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
+#include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
 #include <string>
@@ -42,6 +43,10 @@ class Rail {
   ssize_t trecv(void* buf, size_t len, void* desc, fi_addr_t src, uint64_t tag, uint64_t ignore,
                 void* context) {
     return fi_trecv(ep_.get(), buf, len, desc, src, tag, ignore, context);
+  }
+  ssize_t read(void* buf, size_t len, void* desc, fi_addr_t src, uint64_t addr, uint64_t key,
+               void* context) {
+    return fi_read(ep_.get(), buf, len, desc, src, addr, key, context);
   }
   ssize_t readCompletions(fi_cq_tagged_entry* entries, size_t count) {
     return fi_cq_read(cq_.get(), entries, count);

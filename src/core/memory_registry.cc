@@ -1,0 +1,91 @@
+#include "core/memory_registry.h"
+
+#include <rdma/fabric.h>
+
+#include "fabric/fid.h"
+#include "log/log.h"
+
+namespace nnf::core {
+namespace {
+
+const char* ncclTypeName(int type) {
+  switch (type) {
+    case abi::kPtrHost: return "host";
+    case abi::kPtrCuda: return "cuda";
+    case abi::kPtrDmaBuf: return "dmabuf";
+    default: return "unknown";
+  }
+}
+
+}  // namespace
+
+MemoryRegistry::MemoryRegistry(memory::Registrar& registrar, const memory::MrCacheOptions& options,
+                               const memory::CudaDriver* cuda, int ptrSupport, uint64_t gpuAccess)
+    : cache_(registrar, options), cuda_(cuda), ptrSupport_(ptrSupport), gpuAccess_(gpuAccess) {}
+
+abi::Result MemoryRegistry::registerBuffer(void* data, size_t size, int ncclType, int dmabufFd,
+                                           uint64_t dmabufOffset, MemoryHandle** out) {
+  if ((ncclType & ptrSupport_) == 0 || (ncclType != abi::kPtrHost && ncclType != abi::kPtrCuda &&
+                                        ncclType != abi::kPtrDmaBuf)) {
+    NNF_WARN("regMr: %s memory at %p (%zu bytes) is not supported by this device (ptrSupport=%d)",
+             ncclTypeName(ncclType), data, size, ptrSupport_);
+    return abi::kInternalError;
+  }
+  memory::Region region;
+  region.base = data;
+  region.length = size;
+  region.access = FI_SEND | FI_RECV;
+  if (ncclType != abi::kPtrHost) {
+    memory::PointerInfo info;
+    if (cuda_ == nullptr || cuda_->pointerInfo(data, &info) != 0 || !info.device) {
+      NNF_WARN("regMr: %p (%zu bytes) was given as %s memory but CUDA does not know it as device"
+               " memory", data, size, ncclTypeName(ncclType));
+      return abi::kInternalError;
+    }
+    region.device = info.ordinal;
+    region.access |= gpuAccess_;
+    region.type = memory::MemType::kCuda;
+    if (ncclType == abi::kPtrDmaBuf) {
+      region.type = memory::MemType::kDmaBuf;
+      region.dmabufFd = dmabufFd;
+      region.dmabufOffset = dmabufOffset;
+    }
+  }
+  return acquire(region, ncclType, out);
+}
+
+abi::Result MemoryRegistry::registerHost(void* data, size_t size, uint64_t access,
+                                         MemoryHandle** out) {
+  memory::Region region;
+  region.base = data;
+  region.length = size;
+  region.access = access;
+  return acquire(region, abi::kPtrHost, out);
+}
+
+abi::Result MemoryRegistry::acquire(const memory::Region& region, int ncclType, MemoryHandle** out) {
+  auto handle = std::make_unique<MemoryHandle>();
+  handle->ncclType = ncclType;
+  handle->type = region.type;
+  handle->registry = this;
+  handle->base = region.base;
+  handle->length = region.length;
+  if (region.length > 0) {
+    // The registrar has already logged the provider's refusal with its error text.
+    int ret = cache_.acquire(region, &handle->mr);
+    if (ret != 0) return ret == -FI_EINVAL ? abi::kInternalError : abi::kSystemError;
+    handle->desc = handle->mr->registration().desc;
+  }
+  *out = handle.release();
+  return abi::kSuccess;
+}
+
+abi::Result MemoryRegistry::deregister(MemoryHandle* handle) {
+  abi::Result result = abi::kSuccess;
+  if (handle->mr != nullptr && cache_.release(handle->mr) != 0) result = abi::kInternalError;
+  handle->magic = 0;
+  delete handle;
+  return result;
+}
+
+}  // namespace nnf::core

@@ -20,7 +20,10 @@ constexpr size_t kTagsPerComm = 256;
 }  // namespace
 
 DataComm::DataComm(Device& device, Kind kind, uint32_t id, size_t requests, size_t opsPerRequest)
-    : Comm(device, kind, id), pool_(this, requests, opsPerRequest), sequences_(kTagsPerComm) {
+    : Comm(device, kind, id),
+      pool_(this, requests, opsPerRequest),
+      flushPool_(this, kind == Kind::kRecv ? abi::kMaxRequests : 0, 1),
+      sequences_(kTagsPerComm) {
   peerCheckNs_ = static_cast<uint64_t>(device.config().integer(config::Param::kPeerCheckMs)) * 1000000;
   requestTimeoutNs_ =
       static_cast<uint64_t>(device.config().integer(config::Param::kRequestTimeoutS)) * 1000000000;
@@ -74,12 +77,12 @@ void DataComm::failPeer(const char* why) {
   if (peerFailed_) return;
   peerFailed_ = true;
   NNF_WARN("comm %u: %s; failing its pending requests", id(), why);
-  for (Request& request : pool_.all()) {
-    if (request.state != Request::State::kActive) continue;
+  forEachRequest([this](Request& request) {
+    if (request.state != Request::State::kActive) return;
     request.state = Request::State::kFailed;
     request.error = abi::kRemoteError;
     for (int i = 0; i < request.count; ++i) cancel(request.ops[i]);
-  }
+  });
 }
 
 void DataComm::onPing(Operation& op, int error, const char* text) {
@@ -112,7 +115,7 @@ void DataComm::onComplete(Operation& op, size_t length) {
 
 void DataComm::finish(Request& request) {
   if (request.state == Request::State::kActive) request.state = Request::State::kDone;
-  if (request.state == Request::State::kAbandoned) pool_.release(&request);
+  if (request.state == Request::State::kAbandoned) poolOf(request).release(&request);
 }
 
 void DataComm::onError(Operation& op, int error, size_t overflow, const char* text) {
@@ -158,7 +161,7 @@ void DataComm::abandon(Request& request) {
   }
   request.remaining = static_cast<uint8_t>(held);
   if (held == 0) {
-    pool_.release(&request);
+    poolOf(request).release(&request);
   } else {
     request.state = Request::State::kAbandoned;
   }
@@ -166,9 +169,9 @@ void DataComm::abandon(Request& request) {
 
 int DataComm::inFlight() const {
   int count = controlInFlight() + (pingSend_.inFlight ? 1 : 0) + (pingReceive_.inFlight ? 1 : 0);
-  for (const Request& request : const_cast<DataComm*>(this)->pool_.all()) {
+  const_cast<DataComm*>(this)->forEachRequest([&count](const Request& request) {
     for (int i = 0; i < request.count; ++i) count += request.ops[i].inFlight ? 1 : 0;
-  }
+  });
   return count;
 }
 
@@ -176,10 +179,10 @@ void DataComm::cancelInFlight() {
   cancelControl();
   cancel(pingSend_);
   cancel(pingReceive_);
-  for (Request& request : pool_.all()) {
-    if (request.state == Request::State::kFree) continue;
+  forEachRequest([this](Request& request) {
+    if (request.state == Request::State::kFree) return;
     for (int i = 0; i < request.count; ++i) cancel(request.ops[i]);
-  }
+  });
 }
 
 }  // namespace nnf::core

@@ -15,6 +15,9 @@ class DataComm : public Comm {
   DataComm(Device& device, Kind kind, uint32_t id, size_t requests, size_t opsPerRequest);
 
   RequestPool& pool() { return pool_; }
+  // Flush requests have a pool of their own: NCCL treats a NULL flush request as "done", so a
+  // flush must never find the pool exhausted by receives.
+  RequestPool& flushPool() { return flushPool_; }
   SequenceTable& sequences() { return sequences_; }
   fi_addr_t peer() const { return peer_; }
   uint32_t remoteId() const { return remoteId_; }
@@ -40,7 +43,7 @@ class DataComm : public Comm {
   // whose other operations are still with the provider is kept until they complete.
   void retire(Request& request) {
     if (request.remaining == 0) {
-      pool_.release(&request);
+      poolOf(request).release(&request);
     } else {
       request.state = Request::State::kAbandoned;
     }
@@ -55,6 +58,14 @@ class DataComm : public Comm {
   virtual void cancelControl() = 0;
 
   void finish(Request& request);
+  RequestPool& poolOf(const Request& request) {
+    return pool_.owns(&request) ? pool_ : flushPool_;
+  }
+  template <typename Visit>
+  void forEachRequest(Visit&& visit) {
+    for (Request& request : pool_.all()) visit(request);
+    for (Request& request : flushPool_.all()) visit(request);
+  }
   void failPeer(const char* why);
   bool isPing(const Operation& op) const { return &op == &pingSend_ || &op == &pingReceive_; }
   void onPing(Operation& op, int error, const char* text);
@@ -64,6 +75,7 @@ class DataComm : public Comm {
 
  private:
   RequestPool pool_;
+  RequestPool flushPool_;
   SequenceTable sequences_;
   Operation pingSend_;
   Operation pingReceive_;

@@ -164,8 +164,13 @@ abi::Result Plugin::iflush(void* recvComm, int count, void* const* data, const i
       break;
   }
   std::lock_guard<std::mutex> lock(device.mutex());
-  Request* request = comm->pool().acquire(1);
-  if (request == nullptr) return abi::kSuccess;  // NULL request: NCCL retries the flush
+  Request* request = comm->flushPool().acquire(1);
+  if (request == nullptr) {
+    // NCCL would take a NULL request for a finished flush: refuse rather than skip it.
+    NNF_WARN("iflush: more than %zu flushes pending on comm %u", comm->flushPool().capacity(),
+             comm->id());
+    return abi::kInternalError;
+  }
   request->postedNs = nowNs();
   Operation& op = request->ops[0];
   MemoryHandle* word = device.flushWord();

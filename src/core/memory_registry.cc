@@ -45,7 +45,9 @@ abi::Result MemoryRegistry::registerBuffer(void* data, size_t size, int ncclType
     region.device = info.ordinal;
     region.access |= gpuAccess_;
     region.type = memory::MemType::kCuda;
-    if (ncclType == abi::kPtrDmaBuf) {
+    // NCCL passes CUDA buffers with a DMA-BUF fd as NCCL_PTR_CUDA: use the fd when we can.
+    if (ncclType == abi::kPtrDmaBuf ||
+        (dmabufFd >= 0 && (ptrSupport_ & abi::kPtrDmaBuf) != 0)) {
       region.type = memory::MemType::kDmaBuf;
       region.dmabufFd = dmabufFd;
       region.dmabufOffset = dmabufOffset;

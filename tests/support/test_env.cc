@@ -1,7 +1,7 @@
 #include "support/test_env.h"
 
-#include <cstdlib>
 #include <sys/stat.h>
+#include <cstdlib>
 
 namespace nnf::test {
 
@@ -13,6 +13,25 @@ std::string sharedFixturesDir() {
   return dir;
 }
 
-std::string sourceDir() { return NNF_SOURCE_DIR; }
+std::string sourceDir() {
+  return NNF_SOURCE_DIR;
+}
 
 }  // namespace nnf::test
+
+namespace {
+
+// ctest gives each functional test NNF_TEST_PROVIDER (one value: CMake 3.25 cannot pass lists
+// through gtest_discover_tests). Turn it into libfabric's variables before any test body runs,
+// so that every process the test forks inherits them.
+struct ProviderFromTestEnvironment {
+  ProviderFromTestEnvironment() {
+    const char* provider = std::getenv("NNF_TEST_PROVIDER");
+    if (provider == nullptr || *provider == '\0') return;
+    setenv("FI_PROVIDER", provider, 1);
+    if (std::string(provider) == "tcp") setenv("FI_TCP_IFACE", "lo", 0);
+  }
+};
+const ProviderFromTestEnvironment kProviderFromTestEnvironment;
+
+}  // namespace

@@ -1,0 +1,161 @@
+// fabric-net-perf: bandwidth, latency, message rate and all-to-all through the NCCL net plugin,
+// with a raw-libfabric baseline measured in the same run.
+#include <rdma/fabric.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "bootstrap.h"
+#include "options.h"
+#include "patterns.h"
+#include "plugin_engine.h"
+#include "raw_engine.h"
+#include "report.h"
+
+namespace nnf::perf {
+namespace {
+
+// The provider the plugin would pick by default: efa when present, else the first RDM +
+// tagged one, never `sockets` (orders of magnitude slower than anything else). Asked in a
+// child process so that libfabric is first initialised in the ranks, after fork.
+std::string defaultProvider() {
+  int fds[2];
+  if (pipe(fds) != 0) return "";
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    fi_info* hints = fi_allocinfo();
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = FI_TAGGED;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+    fi_info* list = nullptr;
+    std::string pick;
+    if (fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &list) == 0) {
+      for (fi_info* i = list; i != nullptr; i = i->next) {
+        std::string name = i->fabric_attr->prov_name;
+        std::string core = name.substr(0, name.find(';'));
+        if (core == "efa") {
+          pick = core;
+          break;
+        }
+        if (pick.empty() && core != "sockets") pick = core;
+      }
+      fi_freeinfo(list);
+    }
+    fi_freeinfo(hints);
+    ssize_t unused = write(fds[1], pick.data(), pick.size());
+    (void)unused;
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string pick;
+  char buf[128];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof(buf))) > 0) pick.append(buf, n);
+  close(fds[0]);
+  if (pid > 0) waitpid(pid, nullptr, 0);
+  return pick;
+}
+
+int rankMain(Bootstrap& boot, const Options& opts, const std::string& provider,
+             const std::string& pluginPath) {
+  setLogRank(boot.rank());
+  Report report;
+  report.opts = opts;
+  report.provider = provider;
+  report.fullCheck = opts.fullCheck;
+  std::string error;
+  // Both engines live through the whole sweep and take turns point by point.
+  RawEngine raw(provider);
+  PluginEngine plugin(pluginPath, opts.dev);
+  std::vector<Engine*> engines;
+  bool ok = true;
+  if (opts.runPlugin) {
+    ok = (plugin.load() && plugin.connect(boot, commsFor(opts))) ||
+         (error = "plugin: " + plugin.error(), false);
+    report.pluginInfo = plugin.description() + " (" + pluginPath + ")";
+    engines.push_back(&plugin);
+  }
+  if (ok && opts.runRaw) {
+    ok = raw.connect(boot, commsFor(opts)) || (error = raw.error(), false);
+    report.rawInfo = raw.description();
+    engines.push_back(&raw);
+  }
+  std::vector<std::vector<Row>> rows;
+  ok = ok && runPatterns(engines, boot, opts, &rows, &error);
+  // Everyone finished before anyone closes, so no peer sees a comm vanish under it.
+  ok = ok && (boot.barrier() || (error = boot.error(), false));
+  if (ok && opts.runPlugin && !plugin.close()) ok = false, error = "plugin: " + plugin.error();
+  if (ok && opts.runRaw && !raw.close()) ok = false, error = raw.error();
+  if (!ok) {
+    std::fprintf(stderr, "fabric-net-perf: rank %d: %s\n", boot.rank(), error.c_str());
+    return 1;
+  }
+  if (boot.rank() != 0) {
+    if (opts.twoHosts())
+      std::fprintf(stderr, "fabric-net-perf: done; the listening side prints the results\n");
+    return 0;
+  }
+  size_t e = 0;
+  if (opts.runPlugin) report.hasPlugin = true, report.plugin = rows[e++];
+  if (opts.runRaw) report.hasRaw = true, report.raw = rows[e++];
+  printTable(report, stdout);
+  std::fflush(stdout);
+  if (!opts.csvPath.empty() && !writeCsv(report, opts.csvPath, &error)) ok = false;
+  if (ok && !opts.jsonPath.empty() && !writeJson(report, opts.jsonPath, &error)) ok = false;
+  if (ok && !opts.plotPath.empty() && !writePlot(report, opts.plotPath, &error)) ok = false;
+  if (!ok) std::fprintf(stderr, "fabric-net-perf: %s\n", error.c_str());
+  return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  Options opts;
+  std::string error;
+  bool help = false;
+  if (!parseOptions(argc, argv, &opts, &error, &help)) {
+    std::fprintf(stderr, "fabric-net-perf: %s\n", error.c_str());
+    return 2;
+  }
+  if (help) {
+    printUsage(argv[0]);
+    return 0;
+  }
+  // One provider for both engines, so that the ratio compares like with like.
+  std::string provider = opts.provider;
+  if (provider.empty() && std::getenv("FI_PROVIDER")) provider = std::getenv("FI_PROVIDER");
+  if (provider.empty() && std::getenv("NCCL_FABRIC_PROVIDER"))
+    provider = std::getenv("NCCL_FABRIC_PROVIDER");
+  if (provider.empty()) provider = defaultProvider();
+  if (provider.empty()) {
+    std::fprintf(stderr,
+                 "fabric-net-perf: libfabric offers no provider with FI_EP_RDM and "
+                 "tagged messages here (see fi_info -t FI_EP_RDM -c FI_TAGGED)\n");
+    return 1;
+  }
+  if (provider == "sockets")
+    std::fprintf(stderr,
+                 "fabric-net-perf: warning: the sockets provider takes milliseconds per "
+                 "message; its numbers say nothing about the plugin\n");
+  setenv("FI_PROVIDER", provider.c_str(), 1);
+  if (provider.rfind("tcp", 0) == 0 && !opts.twoHosts()) setenv("FI_TCP_IFACE", "lo", 0);
+
+  std::string pluginPath =
+      opts.pluginPath.empty() ? tools::defaultPluginPath(NNF_PLUGIN_PATH) : opts.pluginPath;
+  RankBody body = [&](Bootstrap& boot) { return rankMain(boot, opts, provider, pluginPath); };
+  if (opts.twoHosts())
+    return runTwoHosts(opts.listen, opts.connectHost, opts.port, agreementKey(opts), body);
+  bool pin = opts.pinned() && enoughCpusToPin(opts.numRanks());
+  return runLocalRanks(opts.numRanks(), pin, body);
+}
+
+}  // namespace
+}  // namespace nnf::perf
+
+int main(int argc, char** argv) {
+  return nnf::perf::main(argc, argv);
+}

@@ -1,0 +1,319 @@
+#include "options.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace nnf::perf {
+namespace {
+
+// Mode defaults keep the README's main job (bw) and every other mode to a few seconds.
+struct ModeDefaults {
+  size_t minBytes, maxBytes;
+  double factor;
+};
+
+ModeDefaults defaultsFor(Mode mode) {
+  switch (mode) {
+    case Mode::kBw:
+    case Mode::kBibw:
+      return {8, 16u << 20, 4};
+    case Mode::kLat:
+      return {8, 64u << 10, 4};
+    case Mode::kMsgrate:
+      return {8, 64u << 10, 8};
+    case Mode::kAlltoall:
+      return {1u << 10, 4u << 20, 4};
+  }
+  return {8, 16u << 20, 4};
+}
+
+bool parseSize(const char* text, size_t* out) {
+  char* end = nullptr;
+  double value = std::strtod(text, &end);
+  if (end == text || value < 0) return false;
+  double scale = 1;
+  switch (*end) {
+    case 'k':
+    case 'K':
+      scale = 1024.0;
+      ++end;
+      break;
+    case 'm':
+    case 'M':
+      scale = 1024.0 * 1024;
+      ++end;
+      break;
+    case 'g':
+    case 'G':
+      scale = 1024.0 * 1024 * 1024;
+      ++end;
+      break;
+    default:
+      break;
+  }
+  if (*end == 'B' || *end == 'b') ++end;
+  if (*end != '\0') return false;
+  double bytes = value * scale;
+  // isend takes an int size.
+  if (bytes > 2147483647.0) return false;
+  *out = static_cast<size_t>(bytes);
+  return true;
+}
+
+bool parseInt(const char* text, int lo, int hi, int* out) {
+  char* end = nullptr;
+  long value = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value < lo || value > hi) return false;
+  *out = static_cast<int>(value);
+  return true;
+}
+
+}  // namespace
+
+const char* modeName(Mode mode) {
+  switch (mode) {
+    case Mode::kBw:
+      return "bw";
+    case Mode::kBibw:
+      return "bibw";
+    case Mode::kLat:
+      return "lat";
+    case Mode::kMsgrate:
+      return "msgrate";
+    case Mode::kAlltoall:
+      return "alltoall";
+  }
+  return "?";
+}
+
+void printUsage(const char* argv0) {
+  std::printf(
+      "Usage: %s [MODE] [options]\n"
+      "Measures the NCCL net plugin (libnccl-net-fabric.so) driven as NCCL drives it, beside\n"
+      "the same pattern on raw libfabric (FI_EP_RDM, tagged) in the same run.\n\n"
+      "Modes:\n"
+      "  bw        one direction, 32 messages in flight (default)\n"
+      "  bibw      both directions at once\n"
+      "  lat       ping-pong; median and p99 of half the round trip\n"
+      "  msgrate   small messages over 1, 2, 4 .. --comms comms at once\n"
+      "  alltoall  every rank of a local group sends to every other at once, uneven sizes\n\n"
+      "Options:\n"
+      "  -b SIZE           smallest message (K/M/G suffixes)\n"
+      "  -e SIZE           largest message\n"
+      "  -f FACTOR         size multiplier between steps\n"
+      "  -n N              iterations per size (default: chosen per size)\n"
+      "  -w N              warm-up iterations per size\n"
+      "  --repeat N        measure every point N times, engines alternating; keep the best\n"
+      "  --window N        messages in flight per comm (1..32, default 32)\n"
+      "  --comms N         msgrate: most comms at once (default 4)\n"
+      "  --ranks N         alltoall: ranks in the local group (2..16, default 4)\n"
+      "  --dev N           plugin device (default 0)\n"
+      "  --provider NAME   libfabric provider for plugin and raw (sets FI_PROVIDER)\n"
+      "  --plugin PATH     plugin library (default: the built one, or $NNF_PLUGIN)\n"
+      "  --plugin-only     skip the raw libfabric baseline\n"
+      "  --raw-only        run only the raw libfabric baseline\n"
+      "  --check           verify every byte (default: first and last bytes of each message)\n"
+      "  --csv FILE        also write the results as CSV\n"
+      "  --json FILE       also write the results as JSON\n"
+      "  --plot FILE.png   plot with gnuplot (when installed)\n"
+      "  --listen [PORT]   two hosts: wait for the peer on PORT (default 18515); prints results\n"
+      "  --connect H:PORT  two hosts: connect to the listening side\n"
+      "  --pin, --no-pin   local ranks on distinct CPUs or not (default: pinned for lat only)\n"
+      "  -q, --quiet       no progress on stderr\n"
+      "  -h, --help        this text\n\n"
+      "Local runs on tcp use FI_TCP_IFACE=lo unless it is set.\n",
+      argv0);
+}
+
+bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool* help) {
+  Options opts;
+  *help = false;
+  int i = 1;
+  if (i < argc && argv[i][0] != '-') {
+    std::string mode = argv[i++];
+    if (mode == "bw")
+      opts.mode = Mode::kBw;
+    else if (mode == "bibw")
+      opts.mode = Mode::kBibw;
+    else if (mode == "lat")
+      opts.mode = Mode::kLat;
+    else if (mode == "msgrate")
+      opts.mode = Mode::kMsgrate;
+    else if (mode == "alltoall")
+      opts.mode = Mode::kAlltoall;
+    else {
+      *error = "unknown mode '" + mode + "' (bw, bibw, lat, msgrate, alltoall)";
+      return false;
+    }
+  }
+  for (; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const char** v) {
+      if (i + 1 >= argc) {
+        *error = arg + " needs a value";
+        return false;
+      }
+      *v = argv[++i];
+      return true;
+    };
+    const char* v = nullptr;
+    if (arg == "-h" || arg == "--help") {
+      *help = true;
+      return true;
+    } else if (arg == "-b" || arg == "-e") {
+      if (!value(&v)) return false;
+      size_t bytes = 0;
+      if (!parseSize(v, &bytes)) {
+        *error = arg + ": bad size '" + v + "' (at most 2G-1)";
+        return false;
+      }
+      if (arg == "-b")
+        opts.minBytes = bytes, opts.minSet = true;
+      else
+        opts.maxBytes = bytes, opts.maxSet = true;
+    } else if (arg == "-f") {
+      if (!value(&v)) return false;
+      opts.factor = std::atof(v);
+      if (opts.factor <= 1.0) {
+        *error = "-f: factor must be greater than 1";
+        return false;
+      }
+    } else if (arg == "-n" || arg == "-w" || arg == "--window" || arg == "--comms" ||
+               arg == "--repeat" || arg == "--ranks" || arg == "--dev") {
+      if (!value(&v)) return false;
+      bool ok = false;
+      if (arg == "-n")
+        ok = parseInt(v, 1, 100000000, &opts.iters);
+      else if (arg == "-w")
+        ok = parseInt(v, 0, 100000000, &opts.warmup);
+      else if (arg == "--repeat")
+        ok = parseInt(v, 1, 100, &opts.repeat);
+      else if (arg == "--window")
+        ok = parseInt(v, 1, 32, &opts.window);
+      else if (arg == "--comms")
+        ok = parseInt(v, 1, 64, &opts.comms);
+      else if (arg == "--ranks")
+        ok = parseInt(v, 2, 16, &opts.ranks);
+      else
+        ok = parseInt(v, 0, 1023, &opts.dev);
+      if (!ok) {
+        *error = arg + ": bad value '" + v + "'";
+        return false;
+      }
+    } else if (arg == "--provider") {
+      if (!value(&v)) return false;
+      opts.provider = v;
+    } else if (arg == "--plugin") {
+      if (!value(&v)) return false;
+      opts.pluginPath = v;
+    } else if (arg == "--plugin-only") {
+      opts.runRaw = false;
+    } else if (arg == "--raw-only") {
+      opts.runPlugin = false;
+    } else if (arg == "--check") {
+      opts.fullCheck = true;
+    } else if (arg == "--csv" || arg == "--json" || arg == "--plot") {
+      if (!value(&v)) return false;
+      (arg == "--csv" ? opts.csvPath : arg == "--json" ? opts.jsonPath : opts.plotPath) = v;
+    } else if (arg == "--listen") {
+      opts.listen = true;
+      // The port is optional: take the next word only when it is a number.
+      if (i + 1 < argc && argv[i + 1][0] != '-' && !parseInt(argv[i + 1], 1, 65535, &opts.port)) {
+        *error = std::string("--listen: bad port '") + argv[i + 1] + "'";
+        return false;
+      }
+      if (i + 1 < argc && argv[i + 1][0] != '-') ++i;
+    } else if (arg == "--connect") {
+      if (!value(&v)) return false;
+      std::string hp = v;
+      size_t colon = hp.rfind(':');
+      if (colon == std::string::npos || colon == 0 ||
+          !parseInt(hp.substr(colon + 1).c_str(), 1, 65535, &opts.port)) {
+        *error = "--connect: expected HOST:PORT, got '" + hp + "'";
+        return false;
+      }
+      opts.connectHost = hp.substr(0, colon);
+    } else if (arg == "--pin" || arg == "--no-pin") {
+      opts.pin = arg == "--pin" ? 1 : 0;
+    } else if (arg == "-q" || arg == "--quiet") {
+      opts.quiet = true;
+    } else {
+      *error = "unknown option '" + arg + "' (see --help)";
+      return false;
+    }
+  }
+  if (!opts.runPlugin && !opts.runRaw) {
+    *error = "--plugin-only and --raw-only exclude each other";
+    return false;
+  }
+  if (opts.listen && !opts.connectHost.empty()) {
+    *error = "--listen and --connect exclude each other";
+    return false;
+  }
+  ModeDefaults d = defaultsFor(opts.mode);
+  if (!opts.minSet) opts.minBytes = d.minBytes;
+  if (!opts.maxSet) opts.maxBytes = opts.minSet ? std::max(opts.minBytes, d.maxBytes) : d.maxBytes;
+  if (opts.minSet && !opts.maxSet && opts.minBytes > d.maxBytes) opts.maxBytes = opts.minBytes;
+  if (opts.factor == 0) opts.factor = d.factor;
+  if (opts.maxBytes < opts.minBytes) {
+    *error = "-e must not be smaller than -b";
+    return false;
+  }
+  *out = opts;
+  return true;
+}
+
+std::vector<size_t> sweepSizes(const Options& opts) {
+  std::vector<size_t> sizes;
+  size_t bytes = opts.minBytes;
+  if (bytes == 0) {
+    // Zero-byte messages are legal and frequent in NCCL; sweep on from one byte.
+    sizes.push_back(0);
+    bytes = 1;
+  }
+  while (bytes <= opts.maxBytes) {
+    sizes.push_back(bytes);
+    size_t next = static_cast<size_t>(static_cast<double>(bytes) * opts.factor);
+    bytes = next > bytes ? next : bytes + 1;
+  }
+  if (sizes.empty() || sizes.back() != opts.maxBytes) sizes.push_back(opts.maxBytes);
+  return sizes;
+}
+
+int itersFor(const Options& opts, size_t bytes) {
+  if (opts.iters > 0) return opts.iters;
+  double b = static_cast<double>(std::max<size_t>(bytes, 64));
+  auto clamp = [](double v, int lo, int hi) {
+    return static_cast<int>(std::min<double>(hi, std::max<double>(lo, v)));
+  };
+  switch (opts.mode) {
+    case Mode::kBw:
+    case Mode::kBibw:
+      return clamp(128.0 * 1024 * 1024 / b, 24, 1000);
+    case Mode::kMsgrate:
+      return clamp(64.0 * 1024 * 1024 / b, 64, 10000);
+    case Mode::kLat:
+      return clamp(64.0 * 1024 * 1024 / b, 100, 2000);
+    case Mode::kAlltoall:
+      return clamp(64.0 * 1024 * 1024 / b, 10, 200);
+  }
+  return 100;
+}
+
+int warmupFor(const Options& opts, size_t bytes) {
+  if (opts.warmup >= 0) return opts.warmup;
+  return std::max(4, itersFor(opts, bytes) / 10);
+}
+
+std::string agreementKey(const Options& opts) {
+  char key[256];
+  std::snprintf(
+      key, sizeof(key), "%s b=%zu e=%zu f=%g n=%d w=%d rep=%d win=%d c=%d p=%d r=%d chk=%d",
+      modeName(opts.mode), opts.minBytes, opts.maxBytes, opts.factor, opts.iters, opts.warmup,
+      opts.repeat, opts.window, opts.comms, opts.runPlugin, opts.runRaw, opts.fullCheck);
+  return key;
+}
+
+}  // namespace nnf::perf

@@ -1,0 +1,63 @@
+// Command line of fabric-net-perf.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace nnf::perf {
+
+enum class Mode { kBw, kBibw, kLat, kMsgrate, kAlltoall };
+
+const char* modeName(Mode mode);
+
+struct Options {
+  Mode mode = Mode::kBw;
+  size_t minBytes = 0;  // 0 with minSet=false: the mode's default
+  size_t maxBytes = 0;
+  double factor = 0;
+  int iters = 0;    // 0: chosen per size so that every size takes a similar, short time
+  int warmup = -1;  // -1: chosen per size
+  bool minSet = false, maxSet = false;
+  int repeat = 1;   // rounds per point; the best one is kept
+  int window = 32;  // messages in flight per comm (NCCL_NET_MAX_REQUESTS)
+  int comms = 4;    // msgrate: largest number of comms used at once
+  int ranks = 4;    // alltoall: size of the local group
+  int dev = 0;
+  std::string provider;
+  bool runPlugin = true;
+  bool runRaw = true;
+  bool fullCheck = false;
+  bool quiet = false;
+  // Local ranks on distinct CPUs (when there are enough): -1 lat only, 0 never, 1 always.
+  // Measured on a loaded 2-CPU machine: pinning keeps two spinning ping-pong ranks from being
+  // stacked on one CPU, but costs the streaming modes the scheduler's freedom to dodge load.
+  int pin = -1;
+  bool pinned() const { return pin == 1 || (pin == -1 && mode == Mode::kLat); }
+  std::string csvPath, jsonPath, plotPath;
+  std::string pluginPath;
+  // Two hosts: the listening side is rank 0 and prints the results.
+  bool listen = false;
+  int port = 18515;
+  std::string connectHost;
+
+  bool twoHosts() const { return listen || !connectHost.empty(); }
+  int numRanks() const { return mode == Mode::kAlltoall && !twoHosts() ? ranks : 2; }
+};
+
+// Fills *out; on a bad command line returns false with a message in *error.
+// Sets *help when -h/--help was given.
+bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool* help);
+void printUsage(const char* argv0);
+
+// The sizes the sweep visits, minimum to maximum (the maximum always included).
+std::vector<size_t> sweepSizes(const Options& opts);
+
+// Iterations and warm-up for one size (the user's -n / -w when given).
+int itersFor(const Options& opts, size_t bytes);
+int warmupFor(const Options& opts, size_t bytes);
+
+// A string of the options that both sides of a two-host run must agree on.
+std::string agreementKey(const Options& opts);
+
+}  // namespace nnf::perf

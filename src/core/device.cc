@@ -31,7 +31,8 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
                                                          rail_->endpoint());
   memory_ = std::make_unique<MemoryRegistry>(*registrar_, memory::MrCacheOptions::fromConfig(config),
                                              cuda_, properties_.ptrSupport,
-                                             rmaRead_ ? FI_REMOTE_READ : 0);
+                                             rmaRead_ ? FI_REMOTE_READ : 0,
+                                             rail_->needsLocalRegistration());
   if (rmaRead_) {
     // Flush reads land in this word: a read from our own endpoint orders after the receive's
     // data writes, which is what makes them visible to the GPU.
@@ -81,7 +82,7 @@ abi::Result Device::postNow(Operation& op, ssize_t* ret) {
 
 abi::Result Device::post(Operation& op) {
   if (queueHead_ == nullptr) {
-    ssize_t ret;
+    ssize_t ret = 0;
     abi::Result result = postNow(op, &ret);
     if (result != abi::kInProgress) return result;
   }
@@ -117,7 +118,7 @@ void Device::unqueue(Operation& op) {
 void Device::retryQueued() {
   while (queueHead_ != nullptr) {
     Operation& op = *queueHead_;
-    ssize_t ret;
+    ssize_t ret = 0;
     abi::Result result = postNow(op, &ret);
     if (result == abi::kInProgress) return;
     queueHead_ = op.nextQueued;

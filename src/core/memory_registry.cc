@@ -20,8 +20,13 @@ const char* ncclTypeName(int type) {
 }  // namespace
 
 MemoryRegistry::MemoryRegistry(memory::Registrar& registrar, const memory::MrCacheOptions& options,
-                               const memory::CudaDriver* cuda, int ptrSupport, uint64_t gpuAccess)
-    : cache_(registrar, options), cuda_(cuda), ptrSupport_(ptrSupport), gpuAccess_(gpuAccess) {}
+                               const memory::CudaDriver* cuda, int ptrSupport, uint64_t gpuAccess,
+                               bool hostDescriptors)
+    : cache_(registrar, options),
+      cuda_(cuda),
+      ptrSupport_(ptrSupport),
+      gpuAccess_(gpuAccess),
+      hostDescriptors_(hostDescriptors) {}
 
 abi::Result MemoryRegistry::registerBuffer(void* data, size_t size, int ncclType, int dmabufFd,
                                            uint64_t dmabufOffset, MemoryHandle** out) {
@@ -76,7 +81,9 @@ abi::Result MemoryRegistry::acquire(const memory::Region& region, int ncclType, 
     // The registrar has already logged the provider's refusal with its error text.
     int ret = cache_.acquire(region, &handle->mr);
     if (ret != 0) return ret == -FI_EINVAL ? abi::kInternalError : abi::kSystemError;
-    handle->desc = handle->mr->registration().desc;
+    if (hostDescriptors_ || region.type != memory::MemType::kHost) {
+      handle->desc = handle->mr->registration().desc;
+    }
   }
   *out = handle.release();
   return abi::kSuccess;

@@ -18,8 +18,11 @@ class MemoryRegistry {
   // `registrar` registers with the provider (it takes the domain lock itself: never call this
   // class with the device lock held). `cuda` may be null (no CUDA); `gpuAccess` adds access bits
   // to GPU regions (FI_REMOTE_READ when flushes read them back).
+  // `hostDescriptors`: the provider wants descriptors for host buffers too (FI_MR_LOCAL);
+  // otherwise host operations go without one, which keeps providers on their fastest path.
   MemoryRegistry(memory::Registrar& registrar, const memory::MrCacheOptions& options,
-                 const memory::CudaDriver* cuda, int ptrSupport, uint64_t gpuAccess);
+                 const memory::CudaDriver* cuda, int ptrSupport, uint64_t gpuAccess,
+                 bool hostDescriptors = true);
 
   abi::Result registerBuffer(void* data, size_t size, int ncclType, int dmabufFd,
                              uint64_t dmabufOffset, MemoryHandle** out);
@@ -37,6 +40,7 @@ class MemoryRegistry {
   const memory::CudaDriver* cuda_;
   int ptrSupport_;
   uint64_t gpuAccess_;
+  bool hostDescriptors_;
 };
 
 }  // namespace nnf::core

@@ -10,6 +10,13 @@ namespace {
 
 using core::Plugin;
 
+// Output pointers are checked here: the core writes into our locals, so it cannot see them.
+bool outputMissing(const void* out, const char* entry) {
+  if (out != nullptr) return false;
+  NNF_WARN("%s: NULL output pointer", entry);
+  return true;
+}
+
 template <typename Body>
 Result guarded(const char* entry, Body&& body) noexcept {
   try {
@@ -57,6 +64,7 @@ Result getProperties(int dev, PropertiesV8* props) {
 
 Result listen(int dev, void* handle, void** listenComm) {
   return guarded("listen", [&] {
+    if (outputMissing(listenComm, "listen")) return kInternalError;
     core::ListenComm* comm = nullptr;
     Result result = Plugin::instance().listen(dev, handle, &comm);
     if (result == kSuccess) *listenComm = comm;
@@ -66,10 +74,7 @@ Result listen(int dev, void* handle, void** listenComm) {
 
 Result connect(int dev, void* handle, void** sendComm, NetDeviceHandleV8** sendDevComm) {
   return guarded("connect", [&] {
-    if (sendComm == nullptr) {
-      NNF_WARN("connect: NULL comm pointer");
-      return kInternalError;
-    }
+    if (outputMissing(sendComm, "connect")) return kInternalError;
     core::SendComm* comm = nullptr;
     Result result = Plugin::instance().connect(dev, handle, &comm);
     if (result == kSuccess) *sendComm = comm;
@@ -79,10 +84,7 @@ Result connect(int dev, void* handle, void** sendComm, NetDeviceHandleV8** sendD
 
 Result accept(void* listenComm, void** recvComm, NetDeviceHandleV8** recvDevComm) {
   return guarded("accept", [&] {
-    if (recvComm == nullptr) {
-      NNF_WARN("accept: NULL comm pointer");
-      return kInternalError;
-    }
+    if (outputMissing(recvComm, "accept")) return kInternalError;
     core::RecvComm* comm = nullptr;
     Result result = Plugin::instance().accept(listenComm, &comm);
     if (result == kSuccess) *recvComm = comm;
@@ -92,6 +94,7 @@ Result accept(void* listenComm, void** recvComm, NetDeviceHandleV8** recvDevComm
 
 Result regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
   return guarded("regMr", [&] {
+    if (outputMissing(mhandle, "regMr")) return kInternalError;
     core::MemoryHandle* handle = nullptr;
     Result result = Plugin::instance().regMr(comm, data, size, type, &handle);
     if (result == kSuccess) *mhandle = handle;
@@ -102,6 +105,7 @@ Result regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
 Result regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
                    void** mhandle) {
   return guarded("regMrDmaBuf", [&] {
+    if (outputMissing(mhandle, "regMrDmaBuf")) return kInternalError;
     core::MemoryHandle* handle = nullptr;
     Result result = Plugin::instance().regMrDmaBuf(comm, data, size, type, offset, fd, &handle);
     if (result == kSuccess) *mhandle = handle;
@@ -151,10 +155,7 @@ Result irecv(void* recvComm, int n, void** data, int* sizes, int* tags, void** m
 
 Result iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
   return guarded("iflush", [&] {
-    if (request == nullptr) {
-      NNF_WARN("iflush: NULL request pointer");
-      return kInternalError;
-    }
+    if (outputMissing(request, "iflush")) return kInternalError;
     core::Request* req = nullptr;
     Result result = Plugin::instance().iflush(recvComm, n, data, sizes, mhandles, &req);
     if (result == kSuccess) *request = req;

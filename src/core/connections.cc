@@ -13,9 +13,12 @@
 
 namespace nnf::core {
 
+namespace {
+const char* const kKindNames[] = {"listen", "send", "receive"};
+}  // namespace
+
 template <typename CommType>
 CommType* Plugin::checkComm(void* comm, Comm::Kind kind, const char* caller) {
-  static const char* const kKindNames[] = {"listen", "send", "receive"};
   if (comm == nullptr) {
     NNF_WARN("%s: NULL %s comm", caller, kKindNames[static_cast<int>(kind)]);
     return nullptr;
@@ -61,6 +64,7 @@ abi::Result Plugin::listen(int dev, void* handle, ListenComm** out) {
     return abi::kSystemError;
   }
   memcpy(handle, &encoded, sizeof(encoded));
+  track(comm);
   *out = comm;
   return abi::kSuccess;
 }
@@ -115,6 +119,7 @@ abi::Result Plugin::connect(int dev, void* handle, SendComm** out) {
     // The handle may be used again for another connection.
     memset(static_cast<uint8_t*>(handle) + offsetof(wire::ListenHandle, connectToken), 0,
            sizeof(uint64_t));
+    track(comm);
     *out = comm;
   }
   return abi::kSuccess;
@@ -131,7 +136,9 @@ abi::Result Plugin::accept(void* listenComm, RecvComm** out) {
   std::lock_guard<std::mutex> lock(device.mutex());
   abi::Result result = device.progress();
   if (result != abi::kSuccess) return result;
-  return comm->accept(out);
+  result = comm->accept(out);
+  if (result == abi::kSuccess && *out != nullptr) track(*out);
+  return result;
 }
 
 namespace {
@@ -162,22 +169,37 @@ void closeAndDrain(Device& device, Comm& comm, int64_t timeoutMs) {
 }  // namespace
 
 abi::Result Plugin::closeListen(void* listenComm) {
+  if (listenComm != nullptr && !tracked(listenComm)) {
+    NNF_WARN("closeListen: %p is not an open comm (closed already, or never created)", listenComm);
+    return abi::kInternalError;
+  }
   ListenComm* comm = checkComm<ListenComm>(listenComm, Comm::Kind::kListen, "closeListen");
   if (comm == nullptr) return abi::kInternalError;
+  untrack(comm);
   closeAndDrain(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
   return abi::kSuccess;
 }
 
 abi::Result Plugin::closeSend(void* sendComm) {
+  if (sendComm != nullptr && !tracked(sendComm)) {
+    NNF_WARN("closeSend: %p is not an open comm (closed already, or never created)", sendComm);
+    return abi::kInternalError;
+  }
   SendComm* comm = checkComm<SendComm>(sendComm, Comm::Kind::kSend, "closeSend");
   if (comm == nullptr) return abi::kInternalError;
+  untrack(comm);
   closeAndDrain(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
   return abi::kSuccess;
 }
 
 abi::Result Plugin::closeRecv(void* recvComm) {
+  if (recvComm != nullptr && !tracked(recvComm)) {
+    NNF_WARN("closeRecv: %p is not an open comm (closed already, or never created)", recvComm);
+    return abi::kInternalError;
+  }
   RecvComm* comm = checkComm<RecvComm>(recvComm, Comm::Kind::kRecv, "closeRecv");
   if (comm == nullptr) return abi::kInternalError;
+  untrack(comm);
   closeAndDrain(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
   return abi::kSuccess;
 }

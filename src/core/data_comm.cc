@@ -76,7 +76,12 @@ void DataComm::checkStalled(Request& request) {
 void DataComm::failPeer(const char* why) {
   if (peerFailed_) return;
   peerFailed_ = true;
-  NNF_WARN("comm %u: %s; failing its pending requests", id(), why);
+  if (errorReported_) {
+    NNF_INFO(abi::kLogSubsysNet, "comm %u: %s; failing its pending requests", id(), why);
+  } else {
+    NNF_WARN("comm %u: %s; failing its pending requests", id(), why);
+  }
+  errorReported_ = true;
   forEachRequest([this](Request& request) {
     if (request.state != Request::State::kActive) return;
     request.state = Request::State::kFailed;
@@ -144,9 +149,16 @@ void DataComm::onError(Operation& op, int error, size_t overflow, const char* te
     request->error = abi::kInternalError;
     return;
   }
-  NNF_WARN("%s of %zu bytes on comm %u failed: %s (%s)", op.type == OpType::kSend ? "send" : "receive",
-           op.length, id(), fi_strerror(error), text != nullptr ? text : "no provider detail");
   request->error = abi::kRemoteError;
+  const char* what = op.type == OpType::kSend ? "send" : (op.type == OpType::kRecv ? "receive" : "flush read");
+  if (errorReported_ || peerFailed_) {
+    NNF_INFO(abi::kLogSubsysNet, "%s of %zu bytes on comm %u failed too: %s", what, op.length, id(),
+             fi_strerror(error));
+    return;
+  }
+  errorReported_ = true;
+  NNF_WARN("%s of %zu bytes on comm %u failed: %s (%s)", what, op.length, id(), fi_strerror(error),
+           text != nullptr ? text : "no provider detail");
 }
 
 void DataComm::abandon(Request& request) {

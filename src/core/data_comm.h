@@ -82,6 +82,7 @@ class DataComm : public Comm {
   uint32_t peerPid_ = 0;
   bool peerLocal_ = false;
   bool peerFailed_ = false;
+  bool errorReported_ = false;  // one WARN per comm for network errors; the rest go to INFO
   bool pingsDetectDeath_ = false;
   uint64_t peerCheckNs_ = 0;
   uint64_t requestTimeoutNs_ = 0;

@@ -49,16 +49,21 @@ abi::Result Plugin::regMrDmaBuf(void* comm, void* data, size_t size, int type, u
     return abi::kInternalError;
   }
   // The registry takes the domain lock itself (through the registrar): no device lock here.
-  return owner->device().memory().registerBuffer(data, size, type, fd, offset, out);
+  abi::Result result = owner->device().memory().registerBuffer(data, size, type, fd, offset, out);
+  if (result == abi::kSuccess) track(*out);
+  return result;
 }
 
 abi::Result Plugin::deregMr(void* comm, void* handle) {
-  MemoryHandle* mh = checkHandle(handle, "deregMr");
-  if (mh == nullptr) {
-    if (handle == nullptr) NNF_WARN("deregMr: NULL memory handle");
+  if (handle == nullptr) {
+    NNF_WARN("deregMr: NULL memory handle");
     return abi::kInternalError;
   }
-  return mh->registry->deregister(mh);
+  if (!untrack(handle)) {
+    NNF_WARN("deregMr: %p is not a registered memory handle (deregistered already?)", handle);
+    return abi::kInternalError;
+  }
+  return static_cast<MemoryHandle*>(handle)->registry->deregister(static_cast<MemoryHandle*>(handle));
 }
 
 abi::Result Plugin::isend(void* sendComm, void* data, size_t size, int tag, void* handle,

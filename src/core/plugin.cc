@@ -164,6 +164,21 @@ abi::Result Plugin::properties(int dev, const DeviceProperties** out) {
   return abi::kSuccess;
 }
 
+void Plugin::track(const void* object) {
+  std::lock_guard<std::mutex> lock(liveMutex_);
+  live_.insert(object);
+}
+
+bool Plugin::untrack(const void* object) {
+  std::lock_guard<std::mutex> lock(liveMutex_);
+  return live_.erase(object) == 1;
+}
+
+bool Plugin::tracked(const void* object) {
+  std::lock_guard<std::mutex> lock(liveMutex_);
+  return live_.count(object) == 1;
+}
+
 int Plugin::maxRecvs() const {
   return config_ ? static_cast<int>(config_->integer(config::Param::kMaxRecvs)) : 1;
 }

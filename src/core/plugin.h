@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "abi/nccl_abi.h"
@@ -62,6 +63,14 @@ class Plugin {
   template <typename CommType>
   CommType* checkComm(void* comm, Comm::Kind kind, const char* caller);
 
+  // Comms and memory handles NCCL holds. Closing and deregistering check here first, so a
+  // double close or a stale pointer is reported without touching freed memory.
+  void track(const void* object);
+  bool untrack(const void* object);
+  bool tracked(const void* object);
+
+  std::mutex liveMutex_;
+  std::unordered_set<const void*> live_;
   std::mutex initMutex_;
   bool initDone_ = false;
   abi::Result initResult_ = abi::kSuccess;

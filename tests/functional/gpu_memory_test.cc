@@ -27,7 +27,6 @@ namespace {
 
 constexpr int kTag = 0x47;
 
-
 // NNF_FAKE_CUDA_LIBRARY, else the fake built beside this binary (build/tests/fake_cuda/...).
 std::string fakeCudaPath() {
   if (const char* env = std::getenv("NNF_FAKE_CUDA_LIBRARY")) return env;
@@ -37,7 +36,8 @@ std::string fakeCudaPath() {
   exe[n] = '\0';
   std::string dir(exe);
   dir = dir.substr(0, dir.rfind('/'));
-  for (const char* candidate : {"/fake_cuda/libnnf_fake_cuda.so", "/../fake_cuda/libnnf_fake_cuda.so"}) {
+  for (const char* candidate :
+       {"/fake_cuda/libnnf_fake_cuda.so", "/../fake_cuda/libnnf_fake_cuda.so"}) {
     std::string path = dir + candidate;
     if (access(path.c_str(), R_OK) == 0) return path;
   }
@@ -107,8 +107,12 @@ void forEachProvider(const char* needs, bool (*applies)(const std::string&), Bod
   if (ran == 0) GTEST_SKIP() << "needs " << needs << "; not the case for " << skipped;
 }
 
-bool isTcp(const std::string& provider) { return provider == "tcp"; }
-bool isShm(const std::string& provider) { return provider == "shm"; }
+bool isTcp(const std::string& provider) {
+  return provider == "tcp";
+}
+bool isShm(const std::string& provider) {
+  return provider == "shm";
+}
 
 class GpuMemory : public ::testing::Test {
  protected:
@@ -133,9 +137,10 @@ void openFake(const std::string& path, FakeControls* fake) {
   // RTLD_NOLOAD: succeeds only if the plugin has already loaded it.
   fake->library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
   ASSERT_NE(fake->library, nullptr) << "the plugin did not load " << path;
-  fake->declare = reinterpret_cast<decltype(fake->declare)>(dlsym(fake->library, "nnfFakeCudaDeclare"));
-  fake->flushCount = reinterpret_cast<decltype(fake->flushCount)>(
-      dlsym(fake->library, "nnfFakeCudaFlushCount"));
+  fake->declare =
+      reinterpret_cast<decltype(fake->declare)>(dlsym(fake->library, "nnfFakeCudaDeclare"));
+  fake->flushCount =
+      reinterpret_cast<decltype(fake->flushCount)>(dlsym(fake->library, "nnfFakeCudaFlushCount"));
   ASSERT_NE(fake->declare, nullptr);
   ASSERT_NE(fake->flushCount, nullptr);
 }
@@ -215,8 +220,7 @@ void shmRefusesCuda(const std::string& fake) {
     int rc = atoi(text.c_str() + open + 1);
     EXPECT_LT(rc, 0) << text;
     EXPECT_NE(text.find(fi_strerror(-rc)), std::string::npos) << "provider error text: " << text;
-    fprintf(stderr, "[receiver] refused CUDA regMr -> result %d, WARN: %s\n", result,
-            text.c_str());
+    fprintf(stderr, "[receiver] refused CUDA regMr -> result %d, WARN: %s\n", result, text.c_str());
     peer.resetWarnings();
 
     // Host memory still works, and receives data.
@@ -332,16 +336,14 @@ void iflushHostReceives(const std::string& fake) {
 TEST_F(GpuMemory, IflushOfHostReceivesReturnsNullRequest) {
   ScopedEnv env;
   useFake(env);
-  forEachProvider("any provider", nullptr,
-                  [&](const std::string&) { iflushHostReceives(fake_); });
+  forEachProvider("any provider", nullptr, [&](const std::string&) { iflushHostReceives(fake_); });
 }
 
 TEST_F(GpuMemory, IflushOfHostReceivesReturnsNullRequestWithCudaFlushSetting) {
   ScopedEnv env;
   useFake(env);
   env.set("NCCL_FABRIC_GDR_FLUSH", "cuda");
-  forEachProvider("any provider", nullptr,
-                  [&](const std::string&) { iflushHostReceives(fake_); });
+  forEachProvider("any provider", nullptr, [&](const std::string&) { iflushHostReceives(fake_); });
 }
 
 // (f) No link-time CUDA dependency.

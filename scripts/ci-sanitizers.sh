@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Builds the test suite with sanitizers and runs it; fails on any sanitizer report.
+#
+#   build-asan: -DNNF_SANITIZE=address,undefined; unit, functional and reliability tests
+#               (not the long soak, registered only with -DNNF_SOAK_LONG=ON, nor the network
+#               namespace tests, which need root: ci-reliability covers them).
+#   build-tsan: -DNNF_SANITIZE=thread; the threaded tests (label "threaded" and threads_test).
+#
+#   scripts/ci-sanitizers.sh            # both
+#   scripts/ci-sanitizers.sh asan       # one of them
+#   JOBS=4 scripts/ci-sanitizers.sh     # build parallelism (default 2)
+#
+# Every sanitizer report is written to <build>/sanitizer-logs/ (log_path), also from forked
+# child processes whose stderr ctest may not show; the run fails if that folder is not empty.
+# Suppressions (tests/sanitizers/*.supp) cover libfabric internals only; see the comments there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+jobs=${JOBS:-2}
+which=${1:-all}
+supp=$root/tests/sanitizers
+status=0
+
+check_logs() {
+  local dir=$1 name=$2
+  if compgen -G "$dir/*" >/dev/null; then
+    echo "=== $name: sanitizer reports:"
+    for log in "$dir"/*; do
+      echo "--- $log"
+      head -60 "$log"
+    done
+    status=1
+  else
+    echo "=== $name: no sanitizer reports"
+  fi
+}
+
+# configure_build DIR SANITIZERS [TARGET...]: everything when no target is named.
+configure_build() {
+  local build=$1 sanitize=$2
+  shift 2
+  cmake -S "$root" -B "$build" -G Ninja -DNNF_BUILD_TOOLS=OFF -DNNF_SANITIZE="$sanitize" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  if [[ $# -gt 0 ]]; then
+    cmake --build "$build" -j"$jobs" --target "$@"
+  else
+    cmake --build "$build" -j"$jobs"
+  fi
+}
+
+if [[ $which == all || $which == asan ]]; then
+  build=$root/build-asan
+  configure_build "$build" address,undefined
+  logs=$build/sanitizer-logs
+  rm -rf "$logs" && mkdir -p "$logs"
+  # detect_leaks: leaks of the plugin fail the run; libfabric's are suppressed (lsan.supp).
+  export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_leaks=1:log_path=$logs/asan:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$logs/ubsan:suppressions=$supp/ubsan.supp"
+  export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+  (cd "$build" && ctest --output-on-failure --timeout 900 -j"$jobs" -LE 'soak|netns|gpu') || status=1
+  unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
+  check_logs "$logs" "ASan+UBSan"
+fi
+
+if [[ $which == all || $which == tsan ]]; then
+  build=$root/build-tsan
+  # Only what the threaded tests need: TSan builds are slow and the rest is single-threaded.
+  configure_build "$build" thread nccl-net-fabric threads_test soak_test mr_cache_test
+  logs=$build/sanitizer-logs
+  rm -rf "$logs" && mkdir -p "$logs"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$logs/tsan:suppressions=$supp/tsan.supp"
+  # The threaded tests: several threads driving comms at once (functional Threads.*, the
+  # reliability soak, labelled "threaded") and the MR cache's concurrent unit test.
+  (cd "$build" && ctest --output-on-failure --timeout 900 -j1 -R '^(shm|tcp)\.Threads\.') || status=1
+  (cd "$build" && ctest --output-on-failure --timeout 900 -j1 -L threaded -LE soak) || status=1
+  if [[ -x $build/tests/mr_cache_test ]]; then
+    (cd "$build" && ctest --output-on-failure --timeout 900 -j1 -R '^unit\..*[Tt]hread') || status=1
+  fi
+  unset TSAN_OPTIONS
+  check_logs "$logs" "TSan"
+fi
+
+exit $status

@@ -1,0 +1,48 @@
+// Fuzzes decodeAcceptMessage: the reply a connecting sender receives, from whoever sent a message
+// with the right tag. Only a reply to this very connection may decode.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/tags.h"
+#include "core/wire.h"
+#include "fuzz_common.h"
+
+namespace nnf::test {
+namespace {
+
+using core::wire::AcceptMessage;
+
+void decodeOnce(const std::vector<uint8_t>& bytes, uint32_t expectedSender) {
+  AcceptMessage out;
+  memset(&out, 0xEE, sizeof(out));
+  std::string reason;
+  bool ok = core::wire::decodeAcceptMessage(bytes.empty() ? nullptr : bytes.data(), bytes.size(),
+                                            expectedSender, &out, &reason);
+  if (!ok) {
+    NNF_FUZZ_CHECK(!reason.empty());
+    return;
+  }
+  NNF_FUZZ_CHECK(bytes.size() == sizeof(AcceptMessage));
+  NNF_FUZZ_CHECK(out.magic == AcceptMessage::kMagic);
+  NNF_FUZZ_CHECK(out.version == core::wire::kVersion);
+  NNF_FUZZ_CHECK(out.length == sizeof(AcceptMessage));
+  NNF_FUZZ_CHECK(out.senderCommId == expectedSender);
+  NNF_FUZZ_CHECK(out.recvCommId <= core::tags::kMaxCommId);
+}
+
+}  // namespace
+}  // namespace nnf::test
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::vector<uint8_t> bytes(data, data + size);
+  nnf::test::decodeOnce(bytes, 7);
+  if (size >= offsetof(nnf::core::wire::AcceptMessage, senderCommId) + sizeof(uint32_t)) {
+    uint32_t named;
+    memcpy(&named, data + offsetof(nnf::core::wire::AcceptMessage, senderCommId), sizeof(named));
+    nnf::test::decodeOnce(bytes, named);
+  }
+  return 0;
+}

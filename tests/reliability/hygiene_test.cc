@@ -1,0 +1,136 @@
+// Resource hygiene: opening and closing comms, and registering and deregistering memory, many
+// thousands of times must leave the process as it found it: file descriptors and resident memory
+// flat once the first rounds have warmed up caches, pools and the provider's address vector.
+// A leak of one descriptor or a few hundred bytes per comm would take a long job down.
+//
+// Counts: NNF_HYGIENE_COMMS (default 10000) comm pairs and NNF_HYGIENE_MRS (default 10000)
+// registrations; each provider's run fits in about a minute on a 2-core CI machine.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "reliability_support.h"
+#include "support/harness.h"
+#include "support/patterns.h"
+#include "support/plugin_ops.h"
+
+namespace nnf::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int envCount(const char* name, int fallback) {
+  const char* text = getenv(name);
+  return text != nullptr && atoi(text) > 0 ? atoi(text) : fallback;
+}
+
+// Slack after warm-up: RSS moves by a few pages with malloc's arenas and the allocator's trim
+// heuristics; a per-iteration leak of even 100 bytes shows up as ~1 MB over 10,000 rounds.
+constexpr size_t kRssSlackBytes = 2u << 20;
+constexpr int kTag = 0x11;
+
+struct Sample {
+  int fds;
+  size_t rss;
+};
+
+Sample sample() {
+  return {openFdCount(), residentBytes()};
+}
+
+// One comm pair through the whole life cycle, with one small message so that every layer
+// (handshake, request pool, completions) is exercised, not only creation.
+void onePair(Peer& peer, HostBuffer& out, HostBuffer& in, uint64_t message) {
+  Handle handle;
+  void *listen, *send, *recv;
+  ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
+  ASSERT_NO_FATAL_FAILURE(connectLocal(peer, listen, &handle, &send, &recv));
+  const int size = 64;
+  fillPattern(out.data(), size, message);
+  void *sendReq, *recvReq;
+  // Unregistered host buffers (NULL mhandle) are legal for providers without FI_MR_LOCAL;
+  // registration churn is measured separately below.
+  void *sendMh, *recvMh;
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, send, out.data(), size, &sendMh));
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, recv, in.data(), size, &recvMh));
+  ASSERT_NO_FATAL_FAILURE(postRecv(peer, recv, in.data(), size, kTag, recvMh, &recvReq));
+  ASSERT_NO_FATAL_FAILURE(postSend(peer, send, out.data(), size, kTag, sendMh, &sendReq));
+  std::vector<int> sizes;
+  ASSERT_NO_FATAL_FAILURE(waitAll(peer, {recvReq, sendReq}, &sizes));
+  ASSERT_TRUE(verifyPattern(in.data(), size, message));
+  dereg(peer, send, sendMh);
+  dereg(peer, recv, recvMh);
+  closeSend(peer, send);
+  closeRecv(peer, recv);
+  closeListen(peer, listen);
+}
+
+TEST(Hygiene, TenThousandCommPairsLeaveFdsAndRssFlat) {
+  const int total = envCount("NNF_HYGIENE_COMMS", 10000);
+  const int warmup = total / 10;
+  runOneProcess(
+      [&](Peer& peer) {
+        HostBuffer out(4096), in(4096);
+        auto start = Clock::now();
+        Sample before{};
+        for (int i = 0; i < total; ++i) {
+          if (i == warmup) before = sample();
+          ASSERT_NO_FATAL_FAILURE(onePair(peer, out, in, i)) << "pair " << i;
+        }
+        Sample after = sample();
+        double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        fprintf(stderr, "[hygiene] %d comm pairs in %.1f s: fds %d -> %d, rss %zu -> %zu KiB\n",
+                total, seconds, before.fds, after.fds, before.rss >> 10, after.rss >> 10);
+        EXPECT_EQ(after.fds, before.fds) << "file descriptors leak with comms";
+        EXPECT_LE(after.rss, before.rss + kRssSlackBytes)
+            << "resident memory grew by " << ((after.rss - before.rss) >> 10) << " KiB over "
+            << total - warmup << " comm pairs";
+        EXPECT_EQ(peer.warnings(), 0);
+      },
+      600);
+}
+
+TEST(Hygiene, TenThousandRegistrationsLeaveRssFlat) {
+  const int total = envCount("NNF_HYGIENE_MRS", 10000);
+  const int warmup = total / 10;
+  runOneProcess(
+      [&](Peer& peer) {
+        Handle handle;
+        void *listen, *send, *recv;
+        ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
+        ASSERT_NO_FATAL_FAILURE(connectLocal(peer, listen, &handle, &send, &recv));
+        // Different sizes and offsets, so that a registration cache sees distinct ranges, on
+        // both kinds of comm.
+        HostBuffer buffer(4 << 20);
+        auto start = Clock::now();
+        Sample before{};
+        for (int i = 0; i < total; ++i) {
+          if (i == warmup) before = sample();
+          size_t offset = (static_cast<size_t>(i) * 4096) % (2 << 20);
+          size_t size = 4096 + (static_cast<size_t>(i) % 512) * 4096;
+          void* comm = i % 2 == 0 ? send : recv;
+          void* mh;
+          ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data() + offset, size, &mh));
+          ASSERT_EQ(peer.net->deregMr(comm, mh), abi::kSuccess) << "registration " << i;
+        }
+        Sample after = sample();
+        double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        fprintf(stderr, "[hygiene] %d registrations in %.1f s: fds %d -> %d, rss %zu -> %zu KiB\n",
+                total, seconds, before.fds, after.fds, before.rss >> 10, after.rss >> 10);
+        EXPECT_EQ(after.fds, before.fds);
+        EXPECT_LE(after.rss, before.rss + kRssSlackBytes)
+            << "resident memory grew by " << ((after.rss - before.rss) >> 10) << " KiB over "
+            << total - warmup << " registrations";
+        closeSend(peer, send);
+        closeRecv(peer, recv);
+        closeListen(peer, listen);
+        EXPECT_EQ(peer.warnings(), 0);
+      },
+      300);
+}
+
+}  // namespace
+}  // namespace nnf::test

@@ -1,0 +1,102 @@
+// Helpers the reliability tests need beyond tests/support: child processes that are allowed to
+// die (a dead peer is the point of some tests), process resource probes, scoped environment
+// variables and throw-away network namespaces.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "support/harness.h"
+
+namespace nnf::test {
+
+// Sets environment variables for the lifetime of the object (children forked meanwhile inherit
+// them; the plugin reads its configuration at init, in the child) and restores them afterwards.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(std::vector<std::pair<std::string, std::string>> vars);
+  ScopedEnv(const std::string& name, const std::string& value)
+      : ScopedEnv(std::vector<std::pair<std::string, std::string>>{{name, value}}) {}
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, std::string>> saved_;
+  std::vector<bool> wasSet_;
+};
+
+// Open file descriptors of this process (/proc/self/fd).
+int openFdCount();
+// Resident set size of this process in bytes (/proc/self/statm).
+size_t residentBytes();
+
+// How a child of runPair is expected to end.
+enum class Ending { kSuccess, kKilled };
+
+struct PairOptions {
+  double timeoutSec = 120;
+  Ending senderEnding = Ending::kSuccess;
+  Ending receiverEnding = Ending::kSuccess;
+  // Called in each child before the plugin is loaded (e.g. to enter a network namespace);
+  // arguments: role ("sender"/"receiver"). Returns false to fail the child.
+  std::function<bool(const std::string&)> beforeLoad;
+  // Called in the parent while the children run, once, after both have started: e.g. to break
+  // the link between them. Gets the channel-independent pids.
+  std::function<void(pid_t sender, pid_t receiver)> whileRunning;
+};
+
+// Like runTwoProcesses, but a child may be expected to die by SIGKILL (it kills itself at the
+// point the test chooses, with killSelf()), and a hook may run in the parent meanwhile.
+void runPair(const Body& sender, const Body& receiver, const PairOptions& options);
+
+// Runs `body` in a forked child without loading the plugin (for calls made before init).
+// Failures in the child fail the calling test; a crash or a hang too.
+void runBare(const std::function<void()>& body, double timeoutSec = 60);
+
+// SIGKILL to the calling process, after flushing what it has written: the peer of a test must
+// see a process that vanished without closing anything, as after a crash or an OOM kill.
+[[noreturn]] void killSelf();
+
+// Runs a shell command; returns its exit status (-1 when it could not be run). Output goes to
+// stderr so that a failing set-up is visible in the test log.
+int shell(const std::string& command);
+
+// A pair of network namespaces joined by a veth pair, created by the constructor and always
+// deleted by the destructor (and by the parent if the test crashes midway: names carry the pid,
+// so a later run can also clean up with `ip netns list | grep nnf`).
+class NamespacePair {
+ public:
+  // Skip reason when the machine cannot do this ("" when it can): needs root and `ip netns`.
+  static std::string unavailableReason();
+
+  NamespacePair();
+  ~NamespacePair();
+  NamespacePair(const NamespacePair&) = delete;
+  NamespacePair& operator=(const NamespacePair&) = delete;
+
+  bool ok() const { return ok_; }
+  const std::string& error() const { return error_; }
+  // Namespace and interface names, and the address of each side.
+  const std::string& ns(int side) const { return ns_[side]; }
+  const std::string& iface(int side) const { return iface_[side]; }
+  const std::string& address(int side) const { return address_[side]; }
+  // Enters side's namespace in the calling process (a forked child, before loading the plugin).
+  bool enter(int side) const;
+  // Runs a command inside side's namespace.
+  int exec(int side, const std::string& command) const;
+
+ private:
+  bool ok_ = false;
+  std::string error_;
+  std::string ns_[2];
+  std::string iface_[2];
+  std::string address_[2];
+};
+
+}  // namespace nnf::test

@@ -1,0 +1,356 @@
+#include "support/harness.h"
+
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+namespace nnf::test {
+namespace {
+
+// The logger is a plain function pointer, so its state is process-wide.
+std::atomic<int> g_warnings{0};
+std::mutex g_textsMutex;
+std::vector<std::string> g_texts;
+std::string g_role = "parent";
+
+using Clock = std::chrono::steady_clock;
+
+double secondsLeft(Clock::time_point deadline) {
+  return std::chrono::duration<double>(deadline - Clock::now()).count();
+}
+
+// Failures recorded so far in the current test, so that a child judges only its own.
+int failedParts() {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (info == nullptr) return 0;
+  const ::testing::TestResult* result = info->result();
+  int failed = 0;
+  for (int i = 0; i < result->total_part_count(); ++i)
+    failed += result->GetTestPartResult(i).failed();
+  return failed;
+}
+
+constexpr int kExitNoIsolation = 77;
+
+// A new network namespace with loopback up; false where the kernel or privileges refuse.
+bool isolateNetwork() {
+  if (unshare(CLONE_NEWNET) != 0) {
+    // Unprivileged: a user namespace grants the capability over a new network namespace.
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) return false;
+  }
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  ifreq request{};
+  strncpy(request.ifr_name, "lo", IFNAMSIZ - 1);
+  bool up = ioctl(fd, SIOCGIFFLAGS, &request) == 0;
+  request.ifr_flags |= IFF_UP;
+  up = up && ioctl(fd, SIOCSIFFLAGS, &request) == 0;
+  close(fd);
+  return up;
+}
+
+// ctest passes the provider as NNF_TEST_PROVIDER (one variable: gtest_discover_tests cannot
+// carry a list of them). The tcp provider is always kept on loopback.
+void applyProviderEnvironment() {
+  const char* provider = std::getenv("NNF_TEST_PROVIDER");
+  if (provider != nullptr && *provider != '\0') setenv("FI_PROVIDER", provider, 1);
+  setenv("FI_TCP_IFACE", "lo", 0);
+}
+
+int childMain(const std::string& role, Channel* channel, const Body& body, Network network) {
+  int failedBefore = failedParts();
+  g_role = role;
+  // Never outlive the test binary (ctest's timeout kills only the parent).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (network == Network::kIsolated && !isolateNetwork()) return kExitNoIsolation;
+  applyProviderEnvironment();
+  try {
+    SCOPED_TRACE("in the " + role + " process " + std::to_string(getpid()));
+    Peer peer;
+    peer.role = role;
+    peer.channel = channel;
+    openPlugin(&peer);
+    if (!::testing::Test::HasFatalFailure()) body(peer);
+    // A failed child leaves at once: its partner sees EOF instead of waiting.
+    if (channel != nullptr && failedParts() == failedBefore) channel->finishBarrier(30);
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << role << ": uncaught exception: " << error.what();
+  } catch (...) {
+    ADD_FAILURE() << role << ": uncaught exception";
+  }
+  return failedParts() > failedBefore ? 1 : 0;
+}
+
+pid_t forkChild(const std::string& role, int keepFd, int closeFd, const Body& body,
+                Network network = Network::kHost) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  if (closeFd >= 0) close(closeFd);
+  int code;
+  {
+    std::unique_ptr<Channel> channel;
+    if (keepFd >= 0) channel = std::make_unique<Channel>(keepFd);
+    code = childMain(role, channel.get(), body, network);
+  }
+  fflush(stdout);
+  fflush(stderr);
+  // _exit: the child must not run gtest's remaining tests or the parent's atexit handlers.
+  _exit(code);
+}
+
+std::string describeStatus(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  return "ended with wait status " + std::to_string(status);
+}
+
+struct Child {
+  std::string role;
+  pid_t pid;
+  bool running = true;
+  int status = 0;
+};
+
+// Waits for every child; one that fails gets its partner a short grace period (it usually sees
+// the channel close and fails on its own), then whatever is left is killed.
+// True when a child could not isolate its network (the test is to be skipped).
+bool waitChildren(std::vector<Child>& children, double timeoutSec) {
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(timeoutSec));
+  bool anyFailed = false;
+  for (;;) {
+    bool anyRunning = false;
+    for (Child& child : children) {
+      if (!child.running) continue;
+      pid_t done = waitpid(child.pid, &child.status, WNOHANG);
+      if (done == child.pid) {
+        child.running = false;
+        if (!WIFEXITED(child.status) || WEXITSTATUS(child.status) != 0) {
+          if (!anyFailed) {
+            auto grace = Clock::now() + std::chrono::seconds(15);
+            if (grace < deadline) deadline = grace;
+          }
+          anyFailed = true;
+        }
+      } else {
+        anyRunning = true;
+      }
+    }
+    if (!anyRunning) break;
+    if (secondsLeft(deadline) <= 0) {
+      for (Child& child : children) {
+        if (!child.running) continue;
+        kill(child.pid, SIGKILL);
+        waitpid(child.pid, &child.status, 0);
+        child.running = false;
+        ADD_FAILURE() << "the " << child.role << " process (pid " << child.pid
+                      << ") did not finish in time and was killed"
+                      << (anyFailed ? " after its partner failed" : " (hang?)");
+        child.status = 0;  // reported already
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  bool skipped = false;
+  for (const Child& child : children) {
+    if (WIFEXITED(child.status) && WEXITSTATUS(child.status) == kExitNoIsolation) {
+      skipped = true;
+      continue;
+    }
+    if (!WIFEXITED(child.status) || WEXITSTATUS(child.status) != 0)
+      ADD_FAILURE() << "the " << child.role << " process (pid " << child.pid << ") "
+                    << describeStatus(child.status) << " (its failures are printed above)";
+  }
+  return skipped;
+}
+
+}  // namespace
+
+Channel::~Channel() {
+  close(fd_);
+}
+
+bool Channel::send(const void* data, size_t size) {
+  const char* bytes = static_cast<const char*>(data);
+  while (size > 0) {
+    // MSG_NOSIGNAL: a dead peer must be a failure, not SIGPIPE.
+    ssize_t sent = ::send(fd_, bytes, size, MSG_NOSIGNAL);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent <= 0) {
+      ADD_FAILURE() << "channel send failed: " << strerror(errno);
+      return false;
+    }
+    bytes += sent;
+    size -= static_cast<size_t>(sent);
+  }
+  return true;
+}
+
+bool Channel::recv(void* data, size_t size, double timeoutSec) {
+  char* bytes = static_cast<char*>(data);
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(timeoutSec));
+  while (size > 0) {
+    int left = static_cast<int>(secondsLeft(deadline) * 1000);
+    if (left <= 0) {
+      ADD_FAILURE() << "channel: no message from the other process within " << timeoutSec << " s";
+      return false;
+    }
+    pollfd entry{fd_, POLLIN, 0};
+    int ready = poll(&entry, 1, left);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    ssize_t got = ::recv(fd_, bytes, size, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got == 0) {
+      ADD_FAILURE() << "channel: the other process exited (closed its end)";
+      return false;
+    }
+    if (got < 0) {
+      ADD_FAILURE() << "channel recv failed: " << strerror(errno);
+      return false;
+    }
+    bytes += got;
+    size -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+bool Channel::wait(double timeoutSec) {
+  char token = 0;
+  if (!recvValue(&token, timeoutSec)) return false;
+  if (token != '!') {
+    ADD_FAILURE() << "channel: expected a signal byte, got " << static_cast<int>(token);
+    return false;
+  }
+  return true;
+}
+
+void Channel::finishBarrier(double timeoutSec) {
+  char token = 'F';
+  if (::send(fd_, &token, 1, MSG_NOSIGNAL) != 1) return;
+  pollfd entry{fd_, POLLIN, 0};
+  // Whatever arrives (the partner's token or EOF) ends the wait.
+  if (::poll(&entry, 1, static_cast<int>(timeoutSec * 1000)) > 0) (void)::recv(fd_, &token, 1, 0);
+}
+
+int Peer::warnings() const {
+  return g_warnings.load();
+}
+
+std::vector<std::string> Peer::warningTexts() const {
+  std::lock_guard<std::mutex> lock(g_textsMutex);
+  return g_texts;
+}
+
+void Peer::resetWarnings() {
+  std::lock_guard<std::mutex> lock(g_textsMutex);
+  g_texts.clear();
+  g_warnings.store(0);
+}
+
+void testLogger(abi::LogLevel level, unsigned long flags, const char* file, int line,
+                const char* fmt, ...) {
+  char text[2048];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(text, sizeof(text), fmt, args);
+  va_end(args);
+  if (level == abi::kLogWarn) {
+    {
+      std::lock_guard<std::mutex> lock(g_textsMutex);
+      g_texts.emplace_back(text);
+    }
+    g_warnings.fetch_add(1);
+  }
+  static const bool verbose = std::getenv("NNF_TEST_VERBOSE") != nullptr;
+  if (level == abi::kLogWarn || verbose)
+    fprintf(stderr, "[%s %d] %s %s:%d %s\n", g_role.c_str(), static_cast<int>(getpid()),
+            level == abi::kLogWarn ? "WARN" : "INFO", file != nullptr ? file : "?", line, text);
+}
+
+std::string pluginPath() {
+  return tools::defaultPluginPath(NNF_PLUGIN_PATH);
+}
+
+void openPlugin(Peer* peer) {
+  try {
+    peer->library = std::make_unique<tools::PluginLibrary>(pluginPath());
+  } catch (const std::exception& error) {
+    FAIL() << error.what();
+  }
+  peer->net = &peer->library->net();
+  const abi::NetV8& net = *peer->net;
+  ASSERT_NE(net.init, nullptr);
+  ASSERT_EQ(net.init(testLogger), abi::kSuccess) << "init failed";
+  ASSERT_EQ(net.devices(&peer->ndev), abi::kSuccess);
+  ASSERT_GE(peer->ndev, 1) << "the plugin reports no device";
+  if (const char* dev = std::getenv("NNF_TEST_DEVICE")) peer->dev = atoi(dev);
+  ASSERT_LT(peer->dev, peer->ndev);
+  ASSERT_EQ(net.getProperties(peer->dev, &peer->props), abi::kSuccess);
+  ASSERT_GE(peer->props.maxRecvs, 1);
+  ASSERT_GE(peer->props.maxComms, 1);
+}
+
+void runTwoProcesses(const Body& sender, const Body& receiver, double timeoutSec) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0) << strerror(errno);
+  std::vector<Child> children;
+  children.push_back({"receiver", forkChild("receiver", fds[1], fds[0], receiver)});
+  children.push_back({"sender", forkChild("sender", fds[0], fds[1], sender)});
+  // Both ends closed here, so a child that dies is seen as EOF by its partner.
+  close(fds[0]);
+  close(fds[1]);
+  for (const Child& child : children) {
+    ASSERT_GT(child.pid, 0) << "fork failed";
+  }
+  waitChildren(children, timeoutSec);
+}
+
+void runOneProcess(const Body& body, double timeoutSec, Network network) {
+  std::vector<Child> children;
+  children.push_back({"single", forkChild("single", -1, -1, body, network)});
+  ASSERT_GT(children[0].pid, 0) << "fork failed";
+  if (waitChildren(children, timeoutSec))
+    GTEST_SKIP() << "no network namespace available to isolate this test";
+}
+
+int runOneProcessRaw(const Body& body, double timeoutSec) {
+  pid_t pid = forkChild("single", -1, -1, body);
+  if (pid < 0) return -2;
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(timeoutSec));
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) != pid) {
+    if (secondsLeft(deadline) <= 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -3;
+}
+
+}  // namespace nnf::test

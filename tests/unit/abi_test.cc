@@ -1,0 +1,100 @@
+// The built library as NCCL's loader sees it: the v8 symbol, a complete function table, and no
+// other exported symbols (anything else would clash with NCCL or another plugin in the process).
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "abi/nccl_abi.h"
+#include "support/harness.h"
+
+namespace nnf::test {
+namespace {
+
+class AbiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = pluginPath();
+    struct stat info;
+    // Unit tests do not depend on the plugin target: say so instead of testing a stale file.
+    ASSERT_EQ(stat(path_.c_str(), &info), 0)
+        << path_ << " does not exist: build the nccl-net-fabric target first";
+  }
+  std::string path_;
+};
+
+TEST_F(AbiTest, ExportsTheV8TableWithEveryEntryPoint) {
+  void* library = dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  const auto* net = static_cast<const abi::NetV8*>(dlsym(library, "ncclNetPlugin_v8"));
+  ASSERT_NE(net, nullptr) << "no ncclNetPlugin_v8 in " << path_;
+  ASSERT_NE(net->name, nullptr);
+  EXPECT_STREQ(net->name, "Fabric");
+  // NCCL calls some of these without checking for NULL; all must be there.
+  EXPECT_NE(net->init, nullptr);
+  EXPECT_NE(net->devices, nullptr);
+  EXPECT_NE(net->getProperties, nullptr);
+  EXPECT_NE(net->listen, nullptr);
+  EXPECT_NE(net->connect, nullptr);
+  EXPECT_NE(net->accept, nullptr);
+  EXPECT_NE(net->regMr, nullptr);
+  EXPECT_NE(net->regMrDmaBuf, nullptr);
+  EXPECT_NE(net->deregMr, nullptr);
+  EXPECT_NE(net->isend, nullptr);
+  EXPECT_NE(net->irecv, nullptr);
+  EXPECT_NE(net->iflush, nullptr);
+  EXPECT_NE(net->test, nullptr);
+  EXPECT_NE(net->closeSend, nullptr);
+  EXPECT_NE(net->closeRecv, nullptr);
+  EXPECT_NE(net->closeListen, nullptr);
+  EXPECT_NE(net->getDeviceMr, nullptr);
+  EXPECT_NE(net->irecvConsumed, nullptr);
+  // The table is data NCCL reads; a symbol of the wrong kind (a function) would crash it.
+  Dl_info info;
+  ASSERT_NE(dladdr(net, &info), 0);
+  EXPECT_STREQ(info.dli_sname, "ncclNetPlugin_v8");
+}
+
+TEST_F(AbiTest, LoadsWithoutUnresolvedSymbols) {
+  // RTLD_NOW resolves everything now, as NCCL does: a missing symbol fails here, not mid-job.
+  void* library = dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
+  EXPECT_NE(library, nullptr) << dlerror();
+}
+
+TEST_F(AbiTest, ExportsOnlyPluginSymbols) {
+  std::string command = "nm -D --defined-only '" + path_ + "' 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  // Linker-made markers that every shared object carries.
+  const std::set<std::string> allowed = {"_init", "_fini", "_edata", "_end", "__bss_start"};
+  std::string output;
+  std::ostringstream leaked;
+  int plugin = 0;
+  char line[4096];
+  while (fgets(line, sizeof(line), pipe) != nullptr) {
+    output += line;
+    std::istringstream fields(line);
+    std::string address, kind, name;
+    if (!(fields >> address >> kind >> name)) continue;
+    // Lower-case kinds are local; only global (upper-case) and unique (u) ones are visible.
+    bool global = (kind.size() == 1 && isupper(static_cast<unsigned char>(kind[0]))) || kind == "u";
+    if (!global || kind == "A" || allowed.count(name) != 0) continue;
+    if (name.rfind("ncclNetPlugin_", 0) == 0) {
+      ++plugin;
+      continue;
+    }
+    leaked << "  " << kind << " " << name << "\n";
+  }
+  int status = pclose(pipe);
+  ASSERT_EQ(status, 0) << "nm failed:\n" << output;
+  EXPECT_GE(plugin, 1) << output;
+  EXPECT_EQ(leaked.str(), "") << "symbols exported besides ncclNetPlugin_*:\n" << leaked.str();
+}
+
+}  // namespace
+}  // namespace nnf::test

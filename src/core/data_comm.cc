@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 #include "core/clock.h"
 #include "core/device.h"
@@ -42,7 +43,10 @@ void DataComm::setPeerIdentity(uint32_t pid, uint64_t hostId) {
   peerLocal_ = hostId == wire::localHostId();
 }
 
-abi::Result DataComm::startLiveness() { return device().post(pingReceive_); }
+abi::Result DataComm::startLiveness() {
+  if (peerCheckNs_ == 0) return abi::kSuccess;  // no checks: nobody pings either
+  return device().post(pingReceive_);
+}
 
 void DataComm::checkStalled(Request& request) {
   if (peerCheckNs_ == 0 && requestTimeoutNs_ == 0) return;
@@ -144,8 +148,14 @@ void DataComm::onError(Operation& op, int error, size_t overflow, const char* te
     return;
   }
   if (error == FI_ETRUNC) {
-    NNF_WARN("receive truncated on comm %u: the sender sent %zu bytes more than the %zu-byte buffer"
-             " (tag %d)", id(), overflow, op.length, tags::ncclTag(op.tag));
+    // Providers do not all report the overflow length (tcp leaves it 0 for small messages).
+    if (overflow > 0) {
+      NNF_WARN("receive truncated on comm %u: the sender sent %zu bytes more than the %zu-byte"
+               " buffer (tag %d)", id(), overflow, op.length, tags::ncclTag(op.tag));
+    } else {
+      NNF_WARN("receive truncated on comm %u: the sender sent more than the %zu-byte buffer (tag %d)",
+               id(), op.length, tags::ncclTag(op.tag));
+    }
     request->error = abi::kInternalError;
     return;
   }
@@ -157,8 +167,10 @@ void DataComm::onError(Operation& op, int error, size_t overflow, const char* te
     return;
   }
   errorReported_ = true;
-  NNF_WARN("%s of %zu bytes on comm %u failed: %s (%s)", what, op.length, id(), fi_strerror(error),
-           text != nullptr ? text : "no provider detail");
+  // Some providers' detail text only repeats the error name.
+  bool detail = text != nullptr && *text != '\0' && strcmp(text, fi_strerror(error)) != 0;
+  NNF_WARN("%s of %zu bytes on comm %u failed: %s%s%s%s", what, op.length, id(), fi_strerror(error),
+           detail ? " (" : "", detail ? text : "", detail ? ")" : "");
 }
 
 void DataComm::abandon(Request& request) {

@@ -43,6 +43,16 @@ uint32_t providerHash(const std::string& provider) {
   return hash;
 }
 
+uint32_t handleChecksum(const ListenHandle& handle) {
+  ListenHandle copy = handle;
+  copy.connectToken = 0;
+  copy.checksum = 0;
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&copy);
+  uint32_t hash = 2166136261u;  // FNV-1a
+  for (size_t i = 0; i < sizeof(copy); ++i) hash = (hash ^ bytes[i]) * 16777619u;
+  return hash;
+}
+
 uint32_t localPid() { return static_cast<uint32_t>(getpid()); }
 
 uint64_t localHostId() {
@@ -75,6 +85,7 @@ ListenHandle makeListenHandle(uint32_t listenerId, const std::string& provider, 
   handle.listenerId = listenerId;
   handle.providerHash = providerHash(provider);
   memcpy(handle.address, address, addressLength);
+  handle.checksum = handleChecksum(handle);
   return handle;
 }
 
@@ -88,6 +99,10 @@ bool decodeListenHandle(const void* data, size_t size, const std::string& provid
   ListenHandle handle;
   memcpy(&handle, data, sizeof(handle));
   if (!checkHeader(handle, size, "listen handle", reason)) return false;
+  if (handle.checksum != handleChecksum(handle)) {
+    *reason = "listen handle is corrupted (checksum mismatch)";
+    return false;
+  }
   if (handle.providerHash != providerHash(provider)) {
     *reason = "listen handle was made by another libfabric provider (this side uses " + provider + ")";
     return false;

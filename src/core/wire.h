@@ -23,10 +23,14 @@ struct ListenHandle {
   // Written by connect() into NCCL's copy of the handle so that the retried call finds the
   // connection it started; 0 in a fresh handle.
   uint64_t connectToken;
-  uint64_t reserved;
+  uint32_t checksum;  // over every byte but connectToken: a cut or garbled handle never
+                      // reaches the address vector
+  uint32_t reserved;
   uint8_t address[kMaxAddressLength];
 };
 static_assert(sizeof(ListenHandle) == 128);
+
+uint32_t handleChecksum(const ListenHandle& handle);
 
 // Sender → listener: "I am send comm `senderCommId` at `address`".
 struct ConnectMessage {

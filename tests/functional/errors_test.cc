@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "support/harness.h"
+#include "support/test_env.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
 
@@ -50,6 +51,12 @@ class TruncatingReceive : public ::testing::TestWithParam<Truncation> {};
 
 TEST_P(TruncatingReceive, FailsTheReceiveWithOneWarn) {
   const Truncation sizes = GetParam();
+  if (test::testProvider() == "shm" && sizes.sent > 4096) {
+    // libfabric 1.17's shm spins forever inside fi_cq_read when a message sent by its CMA/SAR
+    // protocols (above its 4 KiB inject size) meets a smaller receive; no plugin can report
+    // what the provider never returns. docs/troubleshooting.md records the limit.
+    GTEST_SKIP() << "shm (libfabric 1.17) hangs on truncated messages above 4 KiB";
+  }
   auto sender = [&](Peer& peer) {
     void* comm;
     ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));

@@ -13,6 +13,12 @@ std::string sharedFixturesDir() {
   return dir;
 }
 
+std::string testProvider() {
+  const char* provider = std::getenv("NNF_TEST_PROVIDER");
+  if (provider == nullptr) provider = std::getenv("FI_PROVIDER");
+  return provider != nullptr ? provider : "";
+}
+
 std::string sourceDir() {
   return NNF_SOURCE_DIR;
 }

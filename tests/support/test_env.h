@@ -9,6 +9,9 @@ namespace nnf::test {
 // need it skip with a message.
 std::string sharedFixturesDir();
 
+// The provider the test runs on (NNF_TEST_PROVIDER, else FI_PROVIDER), "" when unset.
+std::string testProvider();
+
 // The project's source tree (for its own fixtures under tests/fixtures).
 std::string sourceDir();
 

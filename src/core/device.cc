@@ -23,6 +23,7 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
                ((leader->caps & FI_LOCAL_COMM) != 0 && (leader->caps & FI_REMOTE_COMM) == 0);
   rail_ = std::make_unique<fabric::Rail>(leader, 0);
   protocol_ = std::make_unique<protocol::SendRecv>();
+  injectLimit_ = config.flag(config::Param::kInject) ? rail_->injectSize() : 0;
   completions_.resize(static_cast<size_t>(config.integer(config::Param::kCqReadCount)));
 
   cuda_ = spec.cuda;
@@ -96,6 +97,16 @@ abi::Result Device::post(Operation& op) {
   }
   queueTail_ = &op;
   return abi::kSuccess;
+}
+
+abi::Result Device::inject(const Operation& op) {
+  if (queueHead_ != nullptr) return abi::kInProgress;
+  ssize_t ret = rail_->tinject(op.buffer, op.length, op.peer, op.tag);
+  if (ret == 0) return abi::kSuccess;
+  if (ret == -FI_EAGAIN) return abi::kInProgress;
+  NNF_WARN("posting a %zu-byte send on device %d failed: %s", op.length, index_,
+           fabric::errorText(static_cast<int>(ret)).c_str());
+  return abi::kSystemError;
 }
 
 void Device::unqueue(Operation& op) {

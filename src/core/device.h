@@ -80,6 +80,10 @@ class Device {
   // Posts `op`, or queues it when the provider says -FI_EAGAIN (or others already wait).
   abi::Result post(Operation& op);
   void unqueue(Operation& op);
+  // Sends `op` inline when it fits the provider's inject size and nothing waits in the retry
+  // queue: no completion will follow, the send is done on return. kInProgress: use post().
+  abi::Result inject(const Operation& op);
+  size_t injectLimit() const { return injectLimit_; }
 
   // Creates a comm with a fresh id; the device owns it until destroyComm().
   template <typename CommType, typename... Args>
@@ -116,6 +120,7 @@ class Device {
   const config::Config& config_;
   std::string provider_;
   bool localOnly_ = false;
+  size_t injectLimit_ = 0;
   std::mutex mutex_;
   std::unique_ptr<fabric::Rail> rail_;
   std::unique_ptr<protocol::Protocol> protocol_;

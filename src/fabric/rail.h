@@ -40,6 +40,11 @@ class Rail {
                 void* context) {
     return fi_tsend(ep_.get(), buf, len, desc, dest, tag, context);
   }
+  // Sends without a completion: the provider copies the buffer before returning.
+  ssize_t tinject(const void* buf, size_t len, fi_addr_t dest, uint64_t tag) {
+    return fi_tinject(ep_.get(), buf, len, dest, tag);
+  }
+  size_t injectSize() const { return info_->tx_attr != nullptr ? info_->tx_attr->inject_size : 0; }
   ssize_t trecv(void* buf, size_t len, void* desc, fi_addr_t src, uint64_t tag, uint64_t ignore,
                 void* context) {
     return fi_trecv(ep_.get(), buf, len, desc, src, tag, ignore, context);

@@ -35,7 +35,19 @@ abi::Result SendRecv::postSend(core::SendComm& comm, core::Request& request, voi
   op.desc = handle != nullptr ? handle->desc : nullptr;
   op.peer = comm.peer();
   op.tag = core::tags::data(comm.remoteId(), seq, tag);
-  return comm.device().post(op);
+  core::Device& device = comm.device();
+  if (size <= device.injectLimit()) {
+    // Small sends go inline: no completion to wait for, the request is done already.
+    abi::Result result = device.inject(op);
+    if (result == abi::kSuccess) {
+      request.sizes[0] = size;
+      request.remaining = 0;
+      request.state = core::Request::State::kDone;
+      return abi::kSuccess;
+    }
+    if (result != abi::kInProgress) return result;
+  }
+  return device.post(op);
 }
 
 abi::Result SendRecv::postRecv(core::RecvComm& comm, core::Request& request, int count,

@@ -88,6 +88,8 @@ TEST_F(AbiTest, ExportsOnlyPluginSymbols) {
       ++plugin;
       continue;
     }
+    // AddressSanitizer builds add a one-definition-rule indicator beside each exported global.
+    if (name.rfind("__odr_asan.ncclNetPlugin_", 0) == 0) continue;
     leaked << "  " << kind << " " << name << "\n";
   }
   int status = pclose(pipe);

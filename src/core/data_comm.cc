@@ -48,7 +48,7 @@ abi::Result DataComm::startLiveness() {
   return device().post(pingReceive_);
 }
 
-void DataComm::checkStalled(Request& request) {
+void DataComm::checkStalledNow(Request& request) {
   if (peerCheckNs_ == 0 && requestTimeoutNs_ == 0) return;
   uint64_t now = nowNs();
   uint64_t waited = now - request.postedNs;

@@ -32,7 +32,13 @@ class DataComm : public Comm {
   // NCCL_FABRIC_REQUEST_TIMEOUT_S is set, fails once that time has passed.
   void setPeerIdentity(uint32_t pid, uint64_t hostId);
   abi::Result startLiveness();  // posts the ping receive (device lock held)
-  void checkStalled(Request& request);
+  // Called by every test() of a pending request; looks at the clock only every few calls, since
+  // polling loops call it millions of times a second and the checks work in milliseconds.
+  void checkStalled(Request& request) {
+    if (--stallCheckCountdown_ != 0) return;
+    stallCheckCountdown_ = kStallCheckInterval;
+    checkStalledNow(request);
+  }
   bool peerFailed() const { return peerFailed_; }
 
   // Gives up a request whose posting failed: cancels what was posted; the request returns to
@@ -58,6 +64,9 @@ class DataComm : public Comm {
   virtual void cancelControl() = 0;
 
   void finish(Request& request);
+  void checkStalledNow(Request& request);
+  static constexpr uint32_t kStallCheckInterval = 64;
+  uint32_t stallCheckCountdown_ = kStallCheckInterval;
   RequestPool& poolOf(const Request& request) {
     return pool_.owns(&request) ? pool_ : flushPool_;
   }

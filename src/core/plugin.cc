@@ -36,11 +36,9 @@ void applyEnvDefaults() {
 
 }  // namespace
 
-Plugin& Plugin::instance() {
-  // Never destroyed: NCCL's proxy threads may still call in while the process exits.
-  static Plugin* plugin = new Plugin();
-  return *plugin;
-}
+// Created when the library loads, so the data path reads a plain pointer; never destroyed:
+// NCCL's proxy threads may still call in while the process exits.
+Plugin* const Plugin::instance_ = new Plugin();
 
 bool Plugin::initialized() const { return initDone_ && initResult_ == abi::kSuccess; }
 

@@ -25,7 +25,7 @@ struct Request;
 
 class Plugin {
  public:
-  static Plugin& instance();
+  static Plugin& instance() { return *instance_; }
 
   abi::Result init(abi::Logger logger);
   abi::Result deviceCount(int* count);
@@ -57,6 +57,7 @@ class Plugin {
 
  private:
   Plugin() = default;
+  static Plugin* const instance_;
   Device* device(int dev, const char* caller);
   bool initialized() const;
   // Validates an opaque comm pointer from NCCL; logs and returns nullptr when it is not one.

@@ -24,6 +24,20 @@ PluginLibrary::~PluginLibrary() {
   // would race with atexit handlers, so the library stays mapped.
 }
 
+const char* resultName(abi::Result result) {
+  switch (result) {
+    case abi::kSuccess: return "ncclSuccess";
+    case abi::kUnhandledCudaError: return "ncclUnhandledCudaError";
+    case abi::kSystemError: return "ncclSystemError";
+    case abi::kInternalError: return "ncclInternalError";
+    case abi::kInvalidArgument: return "ncclInvalidArgument";
+    case abi::kInvalidUsage: return "ncclInvalidUsage";
+    case abi::kRemoteError: return "ncclRemoteError";
+    case abi::kInProgress: return "ncclInProgress";
+  }
+  return "unknown result";
+}
+
 std::string defaultPluginPath(const char* builtPath) {
   const char* env = std::getenv("NNF_PLUGIN");
   return env != nullptr ? env : builtPath;

@@ -25,6 +25,9 @@ class PluginLibrary {
   const abi::NetV8* net_ = nullptr;
 };
 
+// "ncclSuccess", "ncclSystemError", ... for messages.
+const char* resultName(abi::Result result);
+
 // The plugin next to the running executable's build tree, or NNF_PLUGIN (environment) if set.
 std::string defaultPluginPath(const char* builtPath);
 

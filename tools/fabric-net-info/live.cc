@@ -31,28 +31,6 @@ void toolLogger(abi::LogLevel level, unsigned long flags, const char* file, int 
   va_end(args);
 }
 
-const char* resultName(abi::Result r) {
-  switch (r) {
-    case abi::kSuccess:
-      return "ncclSuccess";
-    case abi::kUnhandledCudaError:
-      return "ncclUnhandledCudaError";
-    case abi::kSystemError:
-      return "ncclSystemError";
-    case abi::kInternalError:
-      return "ncclInternalError";
-    case abi::kInvalidArgument:
-      return "ncclInvalidArgument";
-    case abi::kInvalidUsage:
-      return "ncclInvalidUsage";
-    case abi::kRemoteError:
-      return "ncclRemoteError";
-    case abi::kInProgress:
-      return "ncclInProgress";
-  }
-  return "unknown result";
-}
-
 std::string ptrSupportText(int bits) {
   std::string out;
   if (bits & abi::kPtrHost) out += "host";

@@ -1,4 +1,5 @@
 #include "plugin_engine.h"
+#include "plugin_loader.h"
 
 #include <chrono>
 #include <cstdarg>
@@ -39,28 +40,6 @@ void logger(abi::LogLevel level, unsigned long flags, const char* file, int line
   std::fprintf(stderr, "[rank %d] NCCL %s %s\n", gLogRank, tag, text);
 }
 
-const char* resultName(abi::Result rc) {
-  switch (rc) {
-    case abi::kSuccess:
-      return "ncclSuccess";
-    case abi::kUnhandledCudaError:
-      return "ncclUnhandledCudaError";
-    case abi::kSystemError:
-      return "ncclSystemError";
-    case abi::kInternalError:
-      return "ncclInternalError";
-    case abi::kInvalidArgument:
-      return "ncclInvalidArgument";
-    case abi::kInvalidUsage:
-      return "ncclInvalidUsage";
-    case abi::kRemoteError:
-      return "ncclRemoteError";
-    case abi::kInProgress:
-      return "ncclInProgress";
-  }
-  return "unknown result";
-}
-
 }  // namespace
 
 void setLogRank(int rank) {
@@ -73,7 +52,7 @@ PluginEngine::~PluginEngine() {
 
 bool PluginEngine::check(const char* call, abi::Result rc) {
   if (rc == abi::kSuccess) return true;
-  error_ = std::string("plugin ") + call + " returned " + resultName(rc) + " (" +
+  error_ = std::string("plugin ") + call + " returned " + tools::resultName(rc) + " (" +
            std::to_string(static_cast<int>(rc)) + "); see the NCCL WARN lines above";
   return false;
 }

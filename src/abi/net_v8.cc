@@ -65,7 +65,7 @@ Result getProperties(int dev, PropertiesV8* props) {
 Result listen(int dev, void* handle, void** listenComm) {
   return guarded("listen", [&] {
     if (outputMissing(listenComm, "listen")) return kInternalError;
-    core::ListenComm* comm = nullptr;
+    void* comm = nullptr;
     Result result = Plugin::instance().listen(dev, handle, &comm);
     if (result == kSuccess) *listenComm = comm;
     return result;
@@ -75,7 +75,7 @@ Result listen(int dev, void* handle, void** listenComm) {
 Result connect(int dev, void* handle, void** sendComm, NetDeviceHandleV8** sendDevComm) {
   return guarded("connect", [&] {
     if (outputMissing(sendComm, "connect")) return kInternalError;
-    core::SendComm* comm = nullptr;
+    void* comm = nullptr;
     Result result = Plugin::instance().connect(dev, handle, &comm);
     if (result == kSuccess) *sendComm = comm;
     return result;
@@ -85,7 +85,7 @@ Result connect(int dev, void* handle, void** sendComm, NetDeviceHandleV8** sendD
 Result accept(void* listenComm, void** recvComm, NetDeviceHandleV8** recvDevComm) {
   return guarded("accept", [&] {
     if (outputMissing(recvComm, "accept")) return kInternalError;
-    core::RecvComm* comm = nullptr;
+    void* comm = nullptr;
     Result result = Plugin::instance().accept(listenComm, &comm);
     if (result == kSuccess) *recvComm = comm;
     return result;

@@ -3,28 +3,53 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "core/operation.h"
 
 namespace nnf::core {
 
 class Device;
+class Comm;
+
+enum class CommKind : uint8_t { kListen, kSend, kRecv };
+
+// What NCCL holds for a comm: a plain struct inside the comm, so that validating a pointer
+// NCCL hands back reads plain data (a magic and a kind) before anything polymorphic is touched.
+struct CommRef {
+  static constexpr uint32_t kMagicAlive = 0x4d4d4f43u;   // "COMM"
+  static constexpr uint32_t kMagicClosed = 0x44534c43u;  // "CLSD"
+  uint32_t magic = kMagicAlive;
+  CommKind kind = CommKind::kListen;
+  Comm* comm = nullptr;
+};
 
 class Comm {
  public:
-  enum class Kind : uint8_t { kListen, kSend, kRecv };
-  static constexpr uint32_t kMagicAlive = 0x4d4d4f43u;   // "COMM"
-  static constexpr uint32_t kMagicClosed = 0x44534c43u;  // "CLSD"
+  using Kind = CommKind;
 
-  Comm(Device& device, Kind kind, uint32_t id) : device_(device), kind_(kind), id_(id) {}
-  virtual ~Comm() { magic_ = kMagicClosed; }
+  Comm(Device& device, Kind kind, uint32_t id) : device_(device), kind_(kind), id_(id) {
+    ref_.kind = kind;
+    ref_.comm = this;
+  }
+  virtual ~Comm() { ref_.magic = CommRef::kMagicClosed; }
+
+  // The opaque pointer NCCL gets, and the way back from it (nullptr when `handle` is not a live
+  // comm: the caller logs).
+  void* handle() { return &ref_; }
+  static Comm* fromHandle(const void* handle) {
+    if (handle == nullptr) return nullptr;
+    CommRef ref;
+    memcpy(&ref, handle, sizeof(ref));
+    return ref.magic == CommRef::kMagicAlive ? ref.comm : nullptr;
+  }
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
 
   Device& device() const { return device_; }
   Kind kind() const { return kind_; }
   uint32_t id() const { return id_; }
-  bool alive() const { return magic_ == kMagicAlive && !closed_; }
+  bool alive() const { return ref_.magic == CommRef::kMagicAlive && !closed_; }
   bool closed() const { return closed_; }
 
   // Completion callbacks, called by the device with its lock held.
@@ -43,7 +68,7 @@ class Comm {
   void cancel(Operation& op);
 
  private:
-  uint32_t magic_ = kMagicAlive;
+  CommRef ref_;
   Device& device_;
   Kind kind_;
   uint32_t id_;

@@ -23,8 +23,8 @@ CommType* Plugin::checkComm(void* comm, Comm::Kind kind, const char* caller) {
     NNF_WARN("%s: NULL %s comm", caller, kKindNames[static_cast<int>(kind)]);
     return nullptr;
   }
-  auto* base = static_cast<Comm*>(comm);
-  if (!base->alive()) {
+  Comm* base = Comm::fromHandle(comm);
+  if (base == nullptr || !base->alive()) {
     NNF_WARN("%s: %p is not an open comm (closed already, or never created)", caller, comm);
     return nullptr;
   }
@@ -40,7 +40,7 @@ template ListenComm* Plugin::checkComm<ListenComm>(void*, Comm::Kind, const char
 template SendComm* Plugin::checkComm<SendComm>(void*, Comm::Kind, const char*);
 template RecvComm* Plugin::checkComm<RecvComm>(void*, Comm::Kind, const char*);
 
-abi::Result Plugin::listen(int dev, void* handle, ListenComm** out) {
+abi::Result Plugin::listen(int dev, void* handle, void** out) {
   Device* device = this->device(dev, "listen");
   if (device == nullptr) return abi::kInternalError;
   if (handle == nullptr || out == nullptr) {
@@ -64,12 +64,12 @@ abi::Result Plugin::listen(int dev, void* handle, ListenComm** out) {
     return abi::kSystemError;
   }
   memcpy(handle, &encoded, sizeof(encoded));
-  track(comm);
-  *out = comm;
+  track(comm->handle());
+  *out = comm->handle();
   return abi::kSuccess;
 }
 
-abi::Result Plugin::connect(int dev, void* handle, SendComm** out) {
+abi::Result Plugin::connect(int dev, void* handle, void** out) {
   Device* device = this->device(dev, "connect");
   if (device == nullptr) return abi::kInternalError;
   if (out == nullptr) {
@@ -119,13 +119,13 @@ abi::Result Plugin::connect(int dev, void* handle, SendComm** out) {
     // The handle may be used again for another connection.
     memset(static_cast<uint8_t*>(handle) + offsetof(wire::ListenHandle, connectToken), 0,
            sizeof(uint64_t));
-    track(comm);
-    *out = comm;
+    track(comm->handle());
+    *out = comm->handle();
   }
   return abi::kSuccess;
 }
 
-abi::Result Plugin::accept(void* listenComm, RecvComm** out) {
+abi::Result Plugin::accept(void* listenComm, void** out) {
   ListenComm* comm = checkComm<ListenComm>(listenComm, Comm::Kind::kListen, "accept");
   if (comm == nullptr) return abi::kInternalError;
   if (out == nullptr) {
@@ -136,8 +136,12 @@ abi::Result Plugin::accept(void* listenComm, RecvComm** out) {
   std::lock_guard<std::mutex> lock(device.mutex());
   abi::Result result = device.progress();
   if (result != abi::kSuccess) return result;
-  result = comm->accept(out);
-  if (result == abi::kSuccess && *out != nullptr) track(*out);
+  RecvComm* accepted = nullptr;
+  result = comm->accept(&accepted);
+  if (result == abi::kSuccess && accepted != nullptr) {
+    track(accepted->handle());
+    *out = accepted->handle();
+  }
   return result;
 }
 
@@ -175,7 +179,7 @@ abi::Result Plugin::closeListen(void* listenComm) {
   }
   ListenComm* comm = checkComm<ListenComm>(listenComm, Comm::Kind::kListen, "closeListen");
   if (comm == nullptr) return abi::kInternalError;
-  untrack(comm);
+  untrack(comm->handle());
   closeAndDrain(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
   return abi::kSuccess;
 }
@@ -187,7 +191,7 @@ abi::Result Plugin::closeSend(void* sendComm) {
   }
   SendComm* comm = checkComm<SendComm>(sendComm, Comm::Kind::kSend, "closeSend");
   if (comm == nullptr) return abi::kInternalError;
-  untrack(comm);
+  untrack(comm->handle());
   closeAndDrain(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
   return abi::kSuccess;
 }
@@ -199,7 +203,7 @@ abi::Result Plugin::closeRecv(void* recvComm) {
   }
   RecvComm* comm = checkComm<RecvComm>(recvComm, Comm::Kind::kRecv, "closeRecv");
   if (comm == nullptr) return abi::kInternalError;
-  untrack(comm);
+  untrack(comm->handle());
   closeAndDrain(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
   return abi::kSuccess;
 }

@@ -22,7 +22,7 @@ MemoryHandle* checkHandle(void* handle, const char* caller) {
 }
 
 Comm* checkAnyDataComm(void* comm, const char* caller) {
-  auto* base = static_cast<Comm*>(comm);
+  Comm* base = Comm::fromHandle(comm);
   if (base == nullptr || !base->alive() || base->kind() == Comm::Kind::kListen) {
     NNF_WARN("%s: %p is not an open send or receive comm", caller, comm);
     return nullptr;

@@ -31,9 +31,10 @@ class Plugin {
   abi::Result deviceCount(int* count);
   abi::Result properties(int dev, const DeviceProperties** out);
 
-  abi::Result listen(int dev, void* handle, ListenComm** out);
-  abi::Result connect(int dev, void* handle, SendComm** out);
-  abi::Result accept(void* listenComm, RecvComm** out);
+  // `out` receives the opaque comm handle NCCL holds (Comm::handle()).
+  abi::Result listen(int dev, void* handle, void** out);
+  abi::Result connect(int dev, void* handle, void** out);
+  abi::Result accept(void* listenComm, void** out);
   abi::Result closeListen(void* listenComm);
   abi::Result closeSend(void* sendComm);
   abi::Result closeRecv(void* recvComm);

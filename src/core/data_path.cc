@@ -202,15 +202,19 @@ abi::Result Plugin::test(void* request, int* done, size_t* sizes, int* count) {
     NNF_WARN("test: NULL request or done pointer");
     return abi::kInternalError;
   }
-  if (req->magic != Request::kMagic || req->state == Request::State::kFree ||
-      req->state == Request::State::kAbandoned) {
-    NNF_WARN("test: %p is not a pending request (completed and reported already?)", request);
+  if (req->magic != Request::kMagic) {
+    NNF_WARN("test: %p is not a request of this plugin", request);
     return abi::kInternalError;
   }
   *done = 0;
+  // The magic and the owning comm never change; the state does, under the device lock.
   DataComm& comm = *req->comm;
   Device& device = comm.device();
   std::lock_guard<std::mutex> lock(device.mutex());
+  if (req->state == Request::State::kFree || req->state == Request::State::kAbandoned) {
+    NNF_WARN("test: %p is not a pending request (completed and reported already?)", request);
+    return abi::kInternalError;
+  }
   if (req->state == Request::State::kActive) {
     abi::Result result = device.progress();
     if (result != abi::kSuccess) return result;

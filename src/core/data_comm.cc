@@ -51,6 +51,9 @@ abi::Result DataComm::startLiveness() {
 void DataComm::checkStalledNow(Request& request) {
   if (peerCheckNs_ == 0 && requestTimeoutNs_ == 0) return;
   uint64_t now = nowNs();
+  // The first check stamps the request: it runs a few polls after posting, close enough for
+  // limits counted in milliseconds and seconds.
+  if (request.postedNs == 0) request.postedNs = now;
   uint64_t waited = now - request.postedNs;
   if (requestTimeoutNs_ != 0 && waited > requestTimeoutNs_ && request.state == Request::State::kActive) {
     NNF_WARN("a request on comm %u waited %llu s without completing (NCCL_FABRIC_REQUEST_TIMEOUT_S)",

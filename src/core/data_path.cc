@@ -1,7 +1,6 @@
 // Memory registration and the data path entry points: isend, irecv, iflush, test.
 #include <rdma/fi_errno.h>
 
-#include "core/clock.h"
 #include "core/memory_handle.h"
 #include "core/plugin.h"
 #include "core/recv_comm.h"
@@ -84,7 +83,7 @@ abi::Result Plugin::isend(void* sendComm, void* data, size_t size, int tag, void
     *out = nullptr;  // all requests busy: NCCL retries
     return abi::kSuccess;
   }
-  request->postedNs = nowNs();
+  request->postedNs = 0;  // stamped by the first stall check: no clock read per message
   abi::Result result = device.protocol().postSend(*comm, *request, data, size, tag, mh);
   if (result != abi::kSuccess) {
     comm->abandon(*request);
@@ -123,7 +122,7 @@ abi::Result Plugin::irecv(void* recvComm, int count, void* const* data, const si
     *out = nullptr;
     return abi::kSuccess;
   }
-  request->postedNs = nowNs();
+  request->postedNs = 0;  // stamped by the first stall check: no clock read per message
   abi::Result result = device.protocol().postRecv(*comm, *request, count, data, sizes, tags, mhs);
   if (result != abi::kSuccess) {
     comm->abandon(*request);
@@ -176,7 +175,7 @@ abi::Result Plugin::iflush(void* recvComm, int count, void* const* data, const i
              comm->id());
     return abi::kInternalError;
   }
-  request->postedNs = nowNs();
+  request->postedNs = 0;  // stamped by the first stall check: no clock read per message
   Operation& op = request->ops[0];
   MemoryHandle* word = device.flushWord();
   op.owner = comm;

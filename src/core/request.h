@@ -25,7 +25,7 @@ struct Request {
   uint8_t count = 0;      // operations in this request
   uint8_t remaining = 0;  // operations not completed yet
   abi::Result error = abi::kSuccess;
-  uint64_t postedNs = 0;  // steady clock, for the stall checks in test()
+  uint64_t postedNs = 0;  // steady clock of the first stall check (0: not checked yet)
   DataComm* comm = nullptr;
   Operation* ops = nullptr;  // `capacity` operations owned by the pool
   size_t* sizes = nullptr;   // bytes moved per operation

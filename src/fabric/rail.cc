@@ -1,5 +1,14 @@
 #include "fabric/rail.h"
 
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
 #include <stdexcept>
 
 namespace nnf::fabric {
@@ -8,6 +17,36 @@ namespace {
 [[noreturn]] void fail(const std::string& what, int code, const fi_info* info) {
   throw std::runtime_error(what + " failed on " + info->fabric_attr->prov_name + "/" +
                            info->domain_attr->name + ": " + errorText(code));
+}
+
+constexpr const char* kShmPrefix = "nnf-";
+
+// shm names its shared-memory region after the process id by default. A process killed with
+// SIGKILL leaves its region in /dev/shm, and a later process that gets the same pid then fails
+// fi_enable with -FI_EBUSY. We name our endpoints "nnf-<pid>-<random>" instead, and remove the
+// regions of our own dead processes so they do not pile up.
+void removeStaleShmRegions() {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (dirent* entry = readdir(dir)) {
+    if (strncmp(entry->d_name, kShmPrefix, strlen(kShmPrefix)) != 0) continue;
+    long pid = strtol(entry->d_name + strlen(kShmPrefix), nullptr, 10);
+    if (pid <= 0 || (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)) continue;
+    std::string path = std::string("/dev/shm/") + entry->d_name;
+    unlink(path.c_str());
+  }
+  closedir(dir);
+}
+
+void nameShmEndpoint(fid_ep* ep, const fi_info* info) {
+  if (strcmp(info->fabric_attr->prov_name, "shm") != 0 || info->addr_format != FI_ADDR_STR) return;
+  removeStaleShmRegions();
+  std::random_device entropy;
+  char name[64];
+  snprintf(name, sizeof(name), "fi_shm://%s%d-%08x", kShmPrefix, static_cast<int>(getpid()),
+           entropy());
+  int ret = fi_setname(&ep->fid, name, strlen(name) + 1);
+  if (ret != 0) fail("fi_setname", ret, info);
 }
 
 }  // namespace
@@ -37,6 +76,7 @@ Rail::Rail(const fi_info* info, size_t cqSize) : info_(fi_dupinfo(info)) {
   if (ret != 0) fail("fi_ep_bind(av)", ret, info_.get());
   ret = fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV);
   if (ret != 0) fail("fi_ep_bind(cq)", ret, info_.get());
+  nameShmEndpoint(ep_.get(), info_.get());
   ret = fi_enable(ep_.get());
   if (ret != 0) fail("fi_enable", ret, info_.get());
 

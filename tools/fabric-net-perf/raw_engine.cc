@@ -1,5 +1,11 @@
 #include "raw_engine.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
+#include <random>
+
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
@@ -57,6 +63,14 @@ bool RawEngine::open() {
   if ((rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV)) != 0)
     return fail("fi_ep_bind cq", rc);
   if ((rc = fi_ep_bind(ep_, &av_->fid, 0)) != 0) return fail("fi_ep_bind av", rc);
+  if (std::strcmp(info_->fabric_attr->prov_name, "shm") == 0 && info_->addr_format == FI_ADDR_STR) {
+    // shm's default region name is the pid; a region left behind by a killed process with a
+    // recycled pid would make fi_enable fail with -FI_EBUSY. Use a name of our own, as the plugin.
+    char name[64];
+    std::snprintf(name, sizeof(name), "fi_shm://nnf-raw-%d-%08x", static_cast<int>(getpid()),
+                  static_cast<unsigned>(std::random_device{}()));
+    if ((rc = fi_setname(&ep_->fid, name, std::strlen(name) + 1)) != 0) return fail("fi_setname", rc);
+  }
   if ((rc = fi_enable(ep_)) != 0) return fail("fi_enable", rc);
   return true;
 }

@@ -83,8 +83,7 @@ struct NetV8 {
   Result (*isend)(void* sendComm, void* data, int size, int tag, void* mhandle, void** request);
   Result (*irecv)(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
                   void** request);
-  Result (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
-                   void** request);
+  Result (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
   Result (*test)(void* request, int* done, int* sizes);
   Result (*closeSend)(void* sendComm);
   Result (*closeRecv)(void* recvComm);

@@ -124,8 +124,8 @@ Result isend(void* sendComm, void* data, int size, int tag, void* mhandle, void*
       return kInternalError;
     }
     core::Request* req = nullptr;
-    Result result = Plugin::instance().isend(sendComm, data, static_cast<size_t>(size), tag,
-                                             mhandle, &req);
+    Result result =
+        Plugin::instance().isend(sendComm, data, static_cast<size_t>(size), tag, mhandle, &req);
     if (result == kSuccess) *request = req;
     return result;
   });

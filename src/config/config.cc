@@ -1,17 +1,18 @@
 #include "config/config.h"
 
+#include <strings.h>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdlib>
 #include <cstring>
-#include <strings.h>
 
 namespace nnf::config {
 namespace {
 
 std::vector<ParamSpec> buildTable() {
   return {
-#define NNF_PARAM(id, env, type, def, constraint, doc) {Param::id, env, Type::type, def, constraint, doc},
+#define NNF_PARAM(id, env, type, def, constraint, doc) \
+  {Param::id, env, Type::type, def, constraint, doc},
 #include "config/params.def"
 #undef NNF_PARAM
   };
@@ -26,7 +27,8 @@ void checkRange(const ParamSpec& spec, const std::string& text, int64_t value) {
   if (dots == nullptr) return;
   int64_t lo = strtoll(spec.constraint, nullptr, 10);
   int64_t hi = strtoll(dots + 2, nullptr, 10);
-  if (value < lo || value > hi) fail(spec.envName, text, std::string("a value in ") + spec.constraint);
+  if (value < lo || value > hi)
+    fail(spec.envName, text, std::string("a value in ") + spec.constraint);
 }
 
 void checkChoice(const ParamSpec& spec, const std::string& text) {
@@ -48,15 +50,22 @@ const std::vector<ParamSpec>& table() {
   return kTable;
 }
 
-const ParamSpec& spec(Param id) { return table()[static_cast<size_t>(id)]; }
+const ParamSpec& spec(Param id) {
+  return table()[static_cast<size_t>(id)];
+}
 
 const char* typeName(Type type) {
   switch (type) {
-    case Type::kBool: return "bool";
-    case Type::kInt: return "int";
-    case Type::kSize: return "size";
-    case Type::kString: return "string";
-    case Type::kEnum: return "enum";
+    case Type::kBool:
+      return "bool";
+    case Type::kInt:
+      return "int";
+    case Type::kSize:
+      return "size";
+    case Type::kString:
+      return "string";
+    case Type::kEnum:
+      return "enum";
   }
   return "?";
 }
@@ -81,10 +90,20 @@ int64_t parseInt(const std::string& name, const std::string& text, bool allowSiz
   int64_t scale = 1;
   if (allowSizeSuffix && *end != '\0') {
     switch (*end) {
-      case 'k': case 'K': scale = int64_t{1} << 10; break;
-      case 'm': case 'M': scale = int64_t{1} << 20; break;
-      case 'g': case 'G': scale = int64_t{1} << 30; break;
-      default: fail(name, text, want);
+      case 'k':
+      case 'K':
+        scale = int64_t{1} << 10;
+        break;
+      case 'm':
+      case 'M':
+        scale = int64_t{1} << 20;
+        break;
+      case 'g':
+      case 'G':
+        scale = int64_t{1} << 30;
+        break;
+      default:
+        fail(name, text, want);
     }
     ++end;
     if (*end == 'i' || *end == 'I') ++end;
@@ -104,14 +123,19 @@ Config Config::load(const Lookup& lookup) {
     value.userSet = env != nullptr;
     value.text = env != nullptr ? env : param.defaultValue;
     switch (param.type) {
-      case Type::kBool: value.number = parseBool(param.envName, value.text); break;
+      case Type::kBool:
+        value.number = parseBool(param.envName, value.text);
+        break;
       case Type::kInt:
       case Type::kSize:
         value.number = parseInt(param.envName, value.text, param.type == Type::kSize);
         checkRange(param, value.text, value.number);
         break;
-      case Type::kEnum: checkChoice(param, value.text); break;
-      case Type::kString: break;
+      case Type::kEnum:
+        checkChoice(param, value.text);
+        break;
+      case Type::kString:
+        break;
     }
   }
   return config;

@@ -53,7 +53,8 @@ abi::Result Plugin::listen(int dev, void* handle, void** out) {
   const auto& address = device->rail().address();
   wire::ListenHandle encoded;
   try {
-    encoded = wire::makeListenHandle(comm->id(), device->provider(), address.data(), address.size());
+    encoded =
+        wire::makeListenHandle(comm->id(), device->provider(), address.data(), address.size());
   } catch (const std::exception& error) {
     NNF_WARN("listen on device %d: %s", dev, error.what());
     device->destroyComm(*comm);
@@ -166,8 +167,10 @@ void closeAndDrain(Device& device, Comm& comm, int64_t timeoutMs) {
     if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::yield();
   }
-  NNF_INFO(abi::kLogSubsysNet, "comm %u closed with operations still pending; they are released"
-           " when the provider completes them", id);
+  NNF_INFO(abi::kLogSubsysNet,
+           "comm %u closed with operations still pending; they are released"
+           " when the provider completes them",
+           id);
 }
 
 }  // namespace

@@ -25,7 +25,8 @@ DataComm::DataComm(Device& device, Kind kind, uint32_t id, size_t requests, size
       pool_(this, requests, opsPerRequest),
       flushPool_(this, kind == Kind::kRecv ? abi::kMaxRequests : 0, 1),
       sequences_(kTagsPerComm) {
-  peerCheckNs_ = static_cast<uint64_t>(device.config().integer(config::Param::kPeerCheckMs)) * 1000000;
+  peerCheckNs_ =
+      static_cast<uint64_t>(device.config().integer(config::Param::kPeerCheckMs)) * 1000000;
   requestTimeoutNs_ =
       static_cast<uint64_t>(device.config().integer(config::Param::kRequestTimeoutS)) * 1000000000;
   // A local-only provider (shm) accepts messages for a dead process without complaint, so a
@@ -55,9 +56,11 @@ void DataComm::checkStalledNow(Request& request) {
   // limits counted in milliseconds and seconds.
   if (request.postedNs == 0) request.postedNs = now;
   uint64_t waited = now - request.postedNs;
-  if (requestTimeoutNs_ != 0 && waited > requestTimeoutNs_ && request.state == Request::State::kActive) {
-    NNF_WARN("a request on comm %u waited %llu s without completing (NCCL_FABRIC_REQUEST_TIMEOUT_S)",
-             id(), static_cast<unsigned long long>(waited / 1000000000));
+  if (requestTimeoutNs_ != 0 && waited > requestTimeoutNs_ &&
+      request.state == Request::State::kActive) {
+    NNF_WARN(
+        "a request on comm %u waited %llu s without completing (NCCL_FABRIC_REQUEST_TIMEOUT_S)",
+        id(), static_cast<unsigned long long>(waited / 1000000000));
     request.state = Request::State::kFailed;
     request.error = abi::kRemoteError;
     for (int i = 0; i < request.count; ++i) cancel(request.ops[i]);
@@ -153,17 +156,21 @@ void DataComm::onError(Operation& op, int error, size_t overflow, const char* te
   if (error == FI_ETRUNC) {
     // Providers do not all report the overflow length (tcp leaves it 0 for small messages).
     if (overflow > 0) {
-      NNF_WARN("receive truncated on comm %u: the sender sent %zu bytes more than the %zu-byte"
-               " buffer (tag %d)", id(), overflow, op.length, tags::ncclTag(op.tag));
+      NNF_WARN(
+          "receive truncated on comm %u: the sender sent %zu bytes more than the %zu-byte"
+          " buffer (tag %d)",
+          id(), overflow, op.length, tags::ncclTag(op.tag));
     } else {
-      NNF_WARN("receive truncated on comm %u: the sender sent more than the %zu-byte buffer (tag %d)",
-               id(), op.length, tags::ncclTag(op.tag));
+      NNF_WARN(
+          "receive truncated on comm %u: the sender sent more than the %zu-byte buffer (tag %d)",
+          id(), op.length, tags::ncclTag(op.tag));
     }
     request->error = abi::kInternalError;
     return;
   }
   request->error = abi::kRemoteError;
-  const char* what = op.type == OpType::kSend ? "send" : (op.type == OpType::kRecv ? "receive" : "flush read");
+  const char* what =
+      op.type == OpType::kSend ? "send" : (op.type == OpType::kRecv ? "receive" : "flush read");
   if (errorReported_ || peerFailed_) {
     NNF_INFO(abi::kLogSubsysNet, "%s of %zu bytes on comm %u failed too: %s", what, op.length, id(),
              fi_strerror(error));

@@ -67,9 +67,7 @@ class DataComm : public Comm {
   void checkStalledNow(Request& request);
   static constexpr uint32_t kStallCheckInterval = 64;
   uint32_t stallCheckCountdown_ = kStallCheckInterval;
-  RequestPool& poolOf(const Request& request) {
-    return pool_.owns(&request) ? pool_ : flushPool_;
-  }
+  RequestPool& poolOf(const Request& request) { return pool_.owns(&request) ? pool_ : flushPool_; }
   template <typename Visit>
   void forEachRequest(Visit&& visit) {
     for (Request& request : pool_.all()) visit(request);

@@ -62,7 +62,8 @@ abi::Result Plugin::deregMr(void* comm, void* handle) {
     NNF_WARN("deregMr: %p is not a registered memory handle (deregistered already?)", handle);
     return abi::kInternalError;
   }
-  return static_cast<MemoryHandle*>(handle)->registry->deregister(static_cast<MemoryHandle*>(handle));
+  return static_cast<MemoryHandle*>(handle)->registry->deregister(
+      static_cast<MemoryHandle*>(handle));
 }
 
 abi::Result Plugin::isend(void* sendComm, void* data, size_t size, int tag, void* handle,
@@ -108,7 +109,8 @@ abi::Result Plugin::irecv(void* recvComm, int count, void* const* data, const si
   MemoryHandle* mhs[abi::kMaxRequests];
   for (int i = 0; i < count; ++i) {
     mhs[i] = checkHandle(handles != nullptr ? handles[i] : nullptr, "irecv");
-    if (handles != nullptr && handles[i] != nullptr && mhs[i] == nullptr) return abi::kInternalError;
+    if (handles != nullptr && handles[i] != nullptr && mhs[i] == nullptr)
+      return abi::kInternalError;
     if (data[i] == nullptr && sizes[i] > 0) {
       NNF_WARN("irecv: NULL buffer %d for %zu bytes", i, sizes[i]);
       return abi::kInternalError;

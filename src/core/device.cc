@@ -30,10 +30,9 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
   rmaRead_ = spec.rmaRead;
   registrar_ = std::make_unique<memory::FabricRegistrar>(rail_->domain(), rail_->info(), mutex_,
                                                          rail_->endpoint());
-  memory_ = std::make_unique<MemoryRegistry>(*registrar_, memory::MrCacheOptions::fromConfig(config),
-                                             cuda_, properties_.ptrSupport,
-                                             rmaRead_ ? FI_REMOTE_READ : 0,
-                                             rail_->needsLocalRegistration());
+  memory_ = std::make_unique<MemoryRegistry>(
+      *registrar_, memory::MrCacheOptions::fromConfig(config), cuda_, properties_.ptrSupport,
+      rmaRead_ ? FI_REMOTE_READ : 0, rail_->needsLocalRegistration());
   if (rmaRead_) {
     // Flush reads land in this word: a read from our own endpoint orders after the receive's
     // data writes, which is what makes them visible to the GPU.

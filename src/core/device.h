@@ -15,9 +15,9 @@
 #include "config/config.h"
 #include "core/comm.h"
 #include "core/memory_registry.h"
-#include "memory/fabric_registrar.h"
 #include "core/operation.h"
 #include "fabric/rail.h"
+#include "memory/fabric_registrar.h"
 #include "protocol/protocol.h"
 
 namespace nnf::core {

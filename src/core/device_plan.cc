@@ -76,8 +76,8 @@ std::vector<DeviceSpec> planDevices(const fabric::ProviderChoice& choice,
     props.name = topology::deviceName(planned, nics);
     props.pciPath = topology::devicePciPath(planned, nics, topo ? &*topo : nullptr).value_or("");
     props.guid = topology::deviceGuid(planned, nics, index);
-    props.speedMbps = static_cast<int>(
-        std::min<int64_t>(topology::deviceSpeedMbps(planned, nics), INT_MAX));
+    props.speedMbps =
+        static_cast<int>(std::min<int64_t>(topology::deviceSpeedMbps(planned, nics), INT_MAX));
     props.latencyUs = static_cast<float>(config.integer(config::Param::kDeviceLatencyUs));
     props.maxComms = static_cast<int>(tags::kMaxCommId);
     props.maxRecvs = static_cast<int>(config.integer(config::Param::kMaxRecvs));

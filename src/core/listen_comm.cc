@@ -17,7 +17,9 @@ ListenComm::ListenComm(Device& device, uint32_t id) : Comm(device, Kind::kListen
   receive_.tag = tags::control(id, tags::ControlKind::kConnect);
 }
 
-int ListenComm::start() { return postReceive(); }
+int ListenComm::start() {
+  return postReceive();
+}
 
 void ListenComm::cancelInFlight() {
   cancel(receive_);

@@ -10,10 +10,14 @@ namespace {
 
 const char* ncclTypeName(int type) {
   switch (type) {
-    case abi::kPtrHost: return "host";
-    case abi::kPtrCuda: return "cuda";
-    case abi::kPtrDmaBuf: return "dmabuf";
-    default: return "unknown";
+    case abi::kPtrHost:
+      return "host";
+    case abi::kPtrCuda:
+      return "cuda";
+    case abi::kPtrDmaBuf:
+      return "dmabuf";
+    default:
+      return "unknown";
   }
 }
 
@@ -30,8 +34,8 @@ MemoryRegistry::MemoryRegistry(memory::Registrar& registrar, const memory::MrCac
 
 abi::Result MemoryRegistry::registerBuffer(void* data, size_t size, int ncclType, int dmabufFd,
                                            uint64_t dmabufOffset, MemoryHandle** out) {
-  if ((ncclType & ptrSupport_) == 0 || (ncclType != abi::kPtrHost && ncclType != abi::kPtrCuda &&
-                                        ncclType != abi::kPtrDmaBuf)) {
+  if ((ncclType & ptrSupport_) == 0 ||
+      (ncclType != abi::kPtrHost && ncclType != abi::kPtrCuda && ncclType != abi::kPtrDmaBuf)) {
     NNF_WARN("regMr: %s memory at %p (%zu bytes) is not supported by this device (ptrSupport=%d)",
              ncclTypeName(ncclType), data, size, ptrSupport_);
     return abi::kInternalError;
@@ -43,16 +47,17 @@ abi::Result MemoryRegistry::registerBuffer(void* data, size_t size, int ncclType
   if (ncclType != abi::kPtrHost) {
     memory::PointerInfo info;
     if (cuda_ == nullptr || cuda_->pointerInfo(data, &info) != 0 || !info.device) {
-      NNF_WARN("regMr: %p (%zu bytes) was given as %s memory but CUDA does not know it as device"
-               " memory", data, size, ncclTypeName(ncclType));
+      NNF_WARN(
+          "regMr: %p (%zu bytes) was given as %s memory but CUDA does not know it as device"
+          " memory",
+          data, size, ncclTypeName(ncclType));
       return abi::kInternalError;
     }
     region.device = info.ordinal;
     region.access |= gpuAccess_;
     region.type = memory::MemType::kCuda;
     // NCCL passes CUDA buffers with a DMA-BUF fd as NCCL_PTR_CUDA: use the fd when we can.
-    if (ncclType == abi::kPtrDmaBuf ||
-        (dmabufFd >= 0 && (ptrSupport_ & abi::kPtrDmaBuf) != 0)) {
+    if (ncclType == abi::kPtrDmaBuf || (dmabufFd >= 0 && (ptrSupport_ & abi::kPtrDmaBuf) != 0)) {
       region.type = memory::MemType::kDmaBuf;
       region.dmabufFd = dmabufFd;
       region.dmabufOffset = dmabufOffset;
@@ -70,7 +75,8 @@ abi::Result MemoryRegistry::registerHost(void* data, size_t size, uint64_t acces
   return acquire(region, abi::kPtrHost, out);
 }
 
-abi::Result MemoryRegistry::acquire(const memory::Region& region, int ncclType, MemoryHandle** out) {
+abi::Result MemoryRegistry::acquire(const memory::Region& region, int ncclType,
+                                    MemoryHandle** out) {
   auto handle = std::make_unique<MemoryHandle>();
   handle->ncclType = ncclType;
   handle->type = region.type;

@@ -21,7 +21,7 @@ struct Operation {
   Comm* owner = nullptr;
   Request* request = nullptr;  // null for connection set-up messages
   OpType type = OpType::kSend;
-  uint8_t index = 0;     // position in a grouped receive
+  uint8_t index = 0;      // position in a grouped receive
   bool inFlight = false;  // handed to the provider, completion pending
   bool queued = false;    // waiting for a retry after -FI_EAGAIN
   void* buffer = nullptr;

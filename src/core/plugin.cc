@@ -7,8 +7,8 @@
 
 #include "core/device_plan.h"
 #include "fabric/provider.h"
-#include "memory/gdr_policy.h"
 #include "log/log.h"
+#include "memory/gdr_policy.h"
 
 namespace nnf::core {
 namespace {
@@ -40,7 +40,9 @@ void applyEnvDefaults() {
 // NCCL's proxy threads may still call in while the process exits.
 Plugin* const Plugin::instance_ = new Plugin();
 
-bool Plugin::initialized() const { return initDone_ && initResult_ == abi::kSuccess; }
+bool Plugin::initialized() const {
+  return initDone_ && initResult_ == abi::kSuccess;
+}
 
 abi::Result Plugin::init(abi::Logger logger) {
   std::lock_guard<std::mutex> lock(initMutex_);
@@ -98,7 +100,8 @@ abi::Result Plugin::init(abi::Logger logger) {
   }
   for (const DeviceSpec& spec : specs) {
     try {
-      devices_.push_back(std::make_unique<Device>(static_cast<int>(devices_.size()), spec, *config_));
+      devices_.push_back(
+          std::make_unique<Device>(static_cast<int>(devices_.size()), spec, *config_));
     } catch (const std::exception& error) {
       NNF_WARN("skipping device %s: %s", spec.properties.name.c_str(), error.what());
     }
@@ -117,10 +120,10 @@ abi::Result Plugin::init(abi::Logger logger) {
     for (const std::string& rail : device->railNames()) rails += (rails.empty() ? "" : ",") + rail;
     std::string gpus;
     for (const std::string& gpu : device->gpus()) gpus += (gpus.empty() ? "" : ",") + gpu;
-    NNF_INFO(abi::kLogSubsysInit, "device %d: %s rails=%s gpus=%s pci=%s speed=%d Mbps maxRecvs=%d",
-             device->index(), props.name.c_str(), rails.c_str(), gpus.empty() ? "none" : gpus.c_str(),
-             props.pciPath.empty() ? "none" : props.pciPath.c_str(), props.speedMbps,
-             props.maxRecvs);
+    NNF_INFO(
+        abi::kLogSubsysInit, "device %d: %s rails=%s gpus=%s pci=%s speed=%d Mbps maxRecvs=%d",
+        device->index(), props.name.c_str(), rails.c_str(), gpus.empty() ? "none" : gpus.c_str(),
+        props.pciPath.empty() ? "none" : props.pciPath.c_str(), props.speedMbps, props.maxRecvs);
   }
   initResult_ = abi::kSuccess;
   return initResult_;

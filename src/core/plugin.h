@@ -44,8 +44,7 @@ class Plugin {
                           MemoryHandle** out);
   abi::Result deregMr(void* comm, void* handle);
 
-  abi::Result isend(void* sendComm, void* data, size_t size, int tag, void* handle,
-                    Request** out);
+  abi::Result isend(void* sendComm, void* data, size_t size, int tag, void* handle, Request** out);
   abi::Result irecv(void* recvComm, int count, void* const* data, const size_t* sizes,
                     const int* tags, void* const* handles, Request** out);
   abi::Result iflush(void* recvComm, int count, void* const* data, const int* sizes,

@@ -35,7 +35,8 @@ abi::Result SendComm::start(const wire::ListenHandle& handle) {
   if (result != abi::kSuccess) return result;
 
   const auto& address = device().rail().address();
-  connectMessage_ = wire::makeConnectMessage(id(), handle.listenerId, address.data(), address.size());
+  connectMessage_ =
+      wire::makeConnectMessage(id(), handle.listenerId, address.data(), address.size());
   connectSend_.buffer = &connectMessage_;
   connectSend_.length = sizeof(connectMessage_);
   connectSend_.peer = peer_;

@@ -16,7 +16,8 @@ class SequenceTable {
   // other tags (the caller fails the operation with a clear error).
   int64_t next(int32_t tag) {
     size_t mask = slots_.size() - 1;
-    for (size_t probe = 0, i = hash(tag) & mask; probe < slots_.size(); ++probe, i = (i + 1) & mask) {
+    for (size_t probe = 0, i = hash(tag) & mask; probe < slots_.size();
+         ++probe, i = (i + 1) & mask) {
       Slot& slot = slots_[i];
       if (!slot.used) {
         slot.used = true;

@@ -35,11 +35,17 @@ constexpr uint64_t control(uint32_t commId, ControlKind kind) {
          uint64_t{static_cast<uint32_t>(kind)};
 }
 
-constexpr bool isControl(uint64_t tag) { return (tag & kControlBit) != 0; }
+constexpr bool isControl(uint64_t tag) {
+  return (tag & kControlBit) != 0;
+}
 constexpr uint32_t commId(uint64_t tag) {
   return static_cast<uint32_t>(tag >> kCommIdShift) & kMaxCommId;
 }
-constexpr uint32_t seq(uint64_t tag) { return static_cast<uint32_t>(tag >> kSeqShift) & kSeqMask; }
-constexpr int32_t ncclTag(uint64_t tag) { return static_cast<int32_t>(tag & 0xffffffffu); }
+constexpr uint32_t seq(uint64_t tag) {
+  return static_cast<uint32_t>(tag >> kSeqShift) & kSeqMask;
+}
+constexpr int32_t ncclTag(uint64_t tag) {
+  return static_cast<int32_t>(tag & 0xffffffffu);
+}
 
 }  // namespace nnf::core::tags

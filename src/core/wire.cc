@@ -53,21 +53,23 @@ uint32_t handleChecksum(const ListenHandle& handle) {
   return hash;
 }
 
-uint32_t localPid() { return static_cast<uint32_t>(getpid()); }
+uint32_t localPid() {
+  return static_cast<uint32_t>(getpid());
+}
 
 uint64_t localHostId() {
   static const uint64_t kHostId = [] {
-  // The boot id is shared by every network namespace of one machine, unlike addresses.
-  std::string text;
-  std::ifstream bootId("/proc/sys/kernel/random/boot_id");
-  if (!std::getline(bootId, text) || text.empty()) {
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    text = host;
-  }
-  uint64_t hash = 14695981039346656037ull;
-  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
-  return hash;
+    // The boot id is shared by every network namespace of one machine, unlike addresses.
+    std::string text;
+    std::ifstream bootId("/proc/sys/kernel/random/boot_id");
+    if (!std::getline(bootId, text) || text.empty()) {
+      char host[256] = {};
+      gethostname(host, sizeof(host) - 1);
+      text = host;
+    }
+    uint64_t hash = 14695981039346656037ull;
+    for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+    return hash;
   }();
   return kHostId;
 }
@@ -104,7 +106,8 @@ bool decodeListenHandle(const void* data, size_t size, const std::string& provid
     return false;
   }
   if (handle.providerHash != providerHash(provider)) {
-    *reason = "listen handle was made by another libfabric provider (this side uses " + provider + ")";
+    *reason =
+        "listen handle was made by another libfabric provider (this side uses " + provider + ")";
     return false;
   }
   if (handle.addressLength == 0 || handle.addressLength > kMaxAddressLength) {
@@ -146,8 +149,8 @@ bool decodeConnectMessage(const void* data, size_t size, uint32_t expectedListen
     return false;
   }
   if (message.listenerId != expectedListenerId) {
-    *reason = "connect message is for listener " + std::to_string(message.listenerId) +
-              ", not " + std::to_string(expectedListenerId);
+    *reason = "connect message is for listener " + std::to_string(message.listenerId) + ", not " +
+              std::to_string(expectedListenerId);
     return false;
   }
   if (message.addressLength == 0 || message.addressLength > kMaxAddressLength ||

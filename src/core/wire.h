@@ -42,7 +42,7 @@ struct ConnectMessage {
   uint32_t listenerId;
   uint16_t addressLength;
   uint16_t reserved;
-  uint32_t pid;     // with hostId: lets a peer on the same host notice that we died
+  uint32_t pid;  // with hostId: lets a peer on the same host notice that we died
   uint64_t hostId;
   uint8_t address[kMaxAddressLength];
 };

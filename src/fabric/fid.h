@@ -10,7 +10,9 @@
 namespace nnf::fabric {
 
 // Text for a libfabric error code (positive or negative).
-inline std::string errorText(int code) { return fi_strerror(code < 0 ? -code : code); }
+inline std::string errorText(int code) {
+  return fi_strerror(code < 0 ? -code : code);
+}
 
 template <typename T>
 class Fid {

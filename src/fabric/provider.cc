@@ -17,7 +17,9 @@ namespace {
 constexpr uint32_t kApiVersion = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
 
 // The sockets provider works but takes milliseconds per message: never pick it on our own.
-bool skippedByDefault(const std::string& provName) { return provName == "sockets"; }
+bool skippedByDefault(const std::string& provName) {
+  return provName == "sockets";
+}
 
 InfoPtr query(InfoPtr hints) {
   InfoPtr result;
@@ -29,7 +31,9 @@ InfoPtr query(InfoPtr hints) {
   return result;
 }
 
-InfoPtr queryAll() { return query(makeHints()); }
+InfoPtr queryAll() {
+  return query(makeHints());
+}
 
 // The chosen provider's domains, one fi_info each (the first entry per domain name wins).
 std::vector<InfoPtr> domainsOf(const InfoPtr& all, const std::string& provider) {
@@ -96,8 +100,9 @@ ProviderChoice selectProvider(const std::string& requested, bool wantHmem) {
   if (!all) {
     throw std::runtime_error(
         "no libfabric provider offers reliable-datagram endpoints with tagged messages" +
-        std::string(getenv("FI_PROVIDER") ? " (FI_PROVIDER=" + std::string(getenv("FI_PROVIDER")) + ")"
-                                          : ""));
+        std::string(getenv("FI_PROVIDER")
+                        ? " (FI_PROVIDER=" + std::string(getenv("FI_PROVIDER")) + ")"
+                        : ""));
   }
 
   std::string chosen;
@@ -127,7 +132,8 @@ ProviderChoice selectProvider(const std::string& requested, bool wantHmem) {
   ProviderChoice choice;
   choice.provider = chosen;
   for (fi_info* info = all.get(); info != nullptr; info = info->next) {
-    if (chosen == info->fabric_attr->prov_name) choice.providerVersion = info->fabric_attr->prov_version;
+    if (chosen == info->fabric_attr->prov_name)
+      choice.providerVersion = info->fabric_attr->prov_version;
   }
   choice.domains = domainsOf(all, chosen);
 #if NNF_HAVE_FI_HMEM

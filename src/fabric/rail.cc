@@ -115,8 +115,7 @@ ssize_t Rail::readError(fi_cq_err_entry* entry, const char** text) {
 }
 
 bool Rail::needsLocalRegistration() const {
-  return (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 ||
-         (info_->mode & FI_LOCAL_MR) != 0;
+  return (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || (info_->mode & FI_LOCAL_MR) != 0;
 }
 
 }  // namespace nnf::fabric

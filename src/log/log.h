@@ -18,15 +18,15 @@ void write(abi::LogLevel level, unsigned long subsys, const char* file, int line
 
 }  // namespace nnf::log
 
-#define NNF_WARN(fmt, ...)                                                                  \
-  ::nnf::log::write(::nnf::abi::kLogWarn, ::nnf::abi::kLogSubsysNet, __FILE__, __LINE__,    \
+#define NNF_WARN(fmt, ...)                                                               \
+  ::nnf::log::write(::nnf::abi::kLogWarn, ::nnf::abi::kLogSubsysNet, __FILE__, __LINE__, \
                     "NET/Fabric : " fmt, ##__VA_ARGS__)
-#define NNF_INFO(subsys, fmt, ...)                                                          \
+#define NNF_INFO(subsys, fmt, ...)                                                           \
   ::nnf::log::write(::nnf::abi::kLogInfo, (subsys), __FILE__, __LINE__, "NET/Fabric : " fmt, \
                     ##__VA_ARGS__)
-#define NNF_TRACE(fmt, ...)                                                                 \
-  do {                                                                                      \
-    if (::nnf::log::enabled(::nnf::abi::kLogTrace))                                         \
+#define NNF_TRACE(fmt, ...)                                                                   \
+  do {                                                                                        \
+    if (::nnf::log::enabled(::nnf::abi::kLogTrace))                                           \
       ::nnf::log::write(::nnf::abi::kLogTrace, ::nnf::abi::kLogSubsysNet, __FILE__, __LINE__, \
-                        "NET/Fabric : " fmt, ##__VA_ARGS__);                                \
+                        "NET/Fabric : " fmt, ##__VA_ARGS__);                                  \
   } while (0)

@@ -86,10 +86,10 @@ int g_pluginObject = -1;
 int g_mainObject = -1;
 
 std::atomic<bool> g_armed{false};
-std::atomic<uint64_t> g_total{0};         // every allocation while armed, all threads
-std::atomic<uint64_t> g_unknown{0};       // immediate caller in no object known at snapshot
-std::atomic<uint64_t> g_unresolved{0};    // runtime caller, no non-runtime frame found
-std::atomic<uint64_t> g_pluginFrees{0};   // frees whose immediate caller is the plugin
+std::atomic<uint64_t> g_total{0};        // every allocation while armed, all threads
+std::atomic<uint64_t> g_unknown{0};      // immediate caller in no object known at snapshot
+std::atomic<uint64_t> g_unresolved{0};   // runtime caller, no non-runtime frame found
+std::atomic<uint64_t> g_pluginFrees{0};  // frees whose immediate caller is the plugin
 std::atomic<uint64_t> g_frees{0};
 // The stacks of the first allocation while armed, and of the first one charged to the plugin,
 // for the report (printed with backtrace_symbols_fd, which does not allocate).
@@ -164,8 +164,8 @@ void noteFree(void* pointer, void* caller) {
 bool isRuntime(const char* path) {
   const char* base = strrchr(path, '/');
   base = base != nullptr ? base + 1 : path;
-  static const char* const kRuntime[] = {"libc.so", "libstdc++.so", "libgcc_s.so", "libm.so",
-                                          "ld-linux", "libpthread.so", "libdl.so"};
+  static const char* const kRuntime[] = {"libc.so",  "libstdc++.so",  "libgcc_s.so", "libm.so",
+                                         "ld-linux", "libpthread.so", "libdl.so"};
   for (const char* prefix : kRuntime)
     if (strncmp(base, prefix, strlen(prefix)) == 0) return true;
   return false;
@@ -415,18 +415,22 @@ __attribute__((noinline)) void* pvalloc(size_t size) noexcept {
 }
 }  // extern "C"
 
-#define NNF_NEW(alignment)                 \
-  noteAllocation(NNF_CALLER());            \
+#define NNF_NEW(alignment)      \
+  noteAllocation(NNF_CALLER()); \
   return newOrThrow(size, alignment)
-#define NNF_NEW_NOTHROW(alignment)         \
-  noteAllocation(NNF_CALLER());            \
+#define NNF_NEW_NOTHROW(alignment) \
+  noteAllocation(NNF_CALLER());    \
   return newNoThrow(size, alignment)
-#define NNF_DELETE()                       \
-  noteFree(pointer, NNF_CALLER());         \
+#define NNF_DELETE()               \
+  noteFree(pointer, NNF_CALLER()); \
   __libc_free(pointer)
 
-__attribute__((noinline)) void* operator new(size_t size) { NNF_NEW(0); }
-__attribute__((noinline)) void* operator new[](size_t size) { NNF_NEW(0); }
+__attribute__((noinline)) void* operator new(size_t size) {
+  NNF_NEW(0);
+}
+__attribute__((noinline)) void* operator new[](size_t size) {
+  NNF_NEW(0);
+}
 __attribute__((noinline)) void* operator new(size_t size, const std::nothrow_t&) noexcept {
   NNF_NEW_NOTHROW(0);
 }
@@ -447,10 +451,18 @@ __attribute__((noinline)) void* operator new[](size_t size, std::align_val_t ali
                                                const std::nothrow_t&) noexcept {
   NNF_NEW_NOTHROW(static_cast<size_t>(alignment));
 }
-__attribute__((noinline)) void operator delete(void* pointer) noexcept { NNF_DELETE(); }
-__attribute__((noinline)) void operator delete[](void* pointer) noexcept { NNF_DELETE(); }
-__attribute__((noinline)) void operator delete(void* pointer, size_t) noexcept { NNF_DELETE(); }
-__attribute__((noinline)) void operator delete[](void* pointer, size_t) noexcept { NNF_DELETE(); }
+__attribute__((noinline)) void operator delete(void* pointer) noexcept {
+  NNF_DELETE();
+}
+__attribute__((noinline)) void operator delete[](void* pointer) noexcept {
+  NNF_DELETE();
+}
+__attribute__((noinline)) void operator delete(void* pointer, size_t) noexcept {
+  NNF_DELETE();
+}
+__attribute__((noinline)) void operator delete[](void* pointer, size_t) noexcept {
+  NNF_DELETE();
+}
 __attribute__((noinline)) void operator delete(void* pointer, const std::nothrow_t&) noexcept {
   NNF_DELETE();
 }
@@ -466,8 +478,7 @@ __attribute__((noinline)) void operator delete[](void* pointer, std::align_val_t
 __attribute__((noinline)) void operator delete(void* pointer, size_t, std::align_val_t) noexcept {
   NNF_DELETE();
 }
-__attribute__((noinline)) void operator delete[](void* pointer, size_t,
-                                                  std::align_val_t) noexcept {
+__attribute__((noinline)) void operator delete[](void* pointer, size_t, std::align_val_t) noexcept {
   NNF_DELETE();
 }
 __attribute__((noinline)) void operator delete(void* pointer, std::align_val_t,
@@ -489,8 +500,8 @@ namespace {
 constexpr int kWindow = abi::kMaxRequests;  // 32 requests in flight, as NCCL
 constexpr int kWarmupOps = 200;
 constexpr int kMeasuredOps = 2000;
-constexpr int kMaxParts = 8;                 // the plugin's maxRecvs is 1..8
-constexpr int kPartCapacity = 64 << 10;      // each buffer of a grouped receive
+constexpr int kMaxParts = 8;             // the plugin's maxRecvs is 1..8
+constexpr int kPartCapacity = 64 << 10;  // each buffer of a grouped receive
 constexpr int kSingleCapacity = 1 << 20;
 constexpr size_t kSlotBytes = std::max<size_t>(kSingleCapacity, size_t{kPartCapacity} * kMaxParts);
 constexpr int kSingleSizes[4] = {8, 4096, 64 << 10, 1 << 20};
@@ -641,8 +652,8 @@ void runOps(Peer& peer, void* comm, void* mh, uint8_t* buffer, bool sender, int 
             result->ok = false;
             result->badOp = slot.op;
             result->badPart = j;
-            snprintf(result->error, sizeof(result->error), "op %d buffer %d: wrong data",
-                     slot.op, j);
+            snprintf(result->error, sizeof(result->error), "op %d buffer %d: wrong data", slot.op,
+                     j);
             return;
           }
           ++result->messages;
@@ -674,9 +685,9 @@ void checkCounter(Peer& peer) {
   alloc::PluginSpan span = alloc::pluginText();
   ASSERT_GT(span.textRanges, 0) << "no executable segment found for the plugin";
   ASSERT_LT(span.textBegin, span.textEnd) << "empty plugin text range";
-  for (auto entry : {reinterpret_cast<uintptr_t>(peer.net->isend),
-                     reinterpret_cast<uintptr_t>(peer.net->irecv),
-                     reinterpret_cast<uintptr_t>(peer.net->test)}) {
+  for (auto entry :
+       {reinterpret_cast<uintptr_t>(peer.net->isend), reinterpret_cast<uintptr_t>(peer.net->irecv),
+        reinterpret_cast<uintptr_t>(peer.net->test)}) {
     EXPECT_EQ(alloc::objectOf(entry), alloc::g_pluginObject)
         << "an entry point of the plugin lies outside the text found for it";
   }
@@ -717,8 +728,8 @@ void checkCounter(Peer& peer) {
   free(copy);
   EXPECT_EQ(alloc::total(), 1u) << alloc::breakdown();
   EXPECT_EQ(alloc::mainDirect(), 0u) << "strdup's malloc call comes from libc";
-  EXPECT_EQ(alloc::mainAttributed(), 1u) << "the unwinder did not find the test behind strdup: "
-                                         << alloc::breakdown();
+  EXPECT_EQ(alloc::mainAttributed(), 1u)
+      << "the unwinder did not find the test behind strdup: " << alloc::breakdown();
 
   // The plugin allocates when it makes a listen comm: the counter must see it.
   Handle handle;
@@ -730,9 +741,10 @@ void checkCounter(Peer& peer) {
   uint64_t listenAllocations = alloc::pluginAttributed();
   std::string listenBreakdown = alloc::breakdown();
   closeListen(peer, listenComm);
-  printf("[alloc] self-check (%s): malloc, operator new and strdup counted once each; listen "
-         "made %llu allocation(s) charged to the plugin\n",
-         peer.role.c_str(), static_cast<unsigned long long>(listenAllocations));
+  printf(
+      "[alloc] self-check (%s): malloc, operator new and strdup counted once each; listen "
+      "made %llu allocation(s) charged to the plugin\n",
+      peer.role.c_str(), static_cast<unsigned long long>(listenAllocations));
   fflush(stdout);
   EXPECT_GT(listenAllocations, 0u)
       << "listen made no allocation the counter could attribute to the plugin, so the counter "
@@ -743,17 +755,18 @@ void checkCounter(Peer& peer) {
 
 void report(const char* role, const RunResult& result, uint64_t ops) {
   const std::string provider = testProvider().empty() ? "default" : testProvider();
-  printf("[alloc] provider %s, %s: plugin %llu (direct caller %llu), whole process %llu over %llu "
-         "messages (%llu ops, %llu isend/irecv/test calls, %.1f MiB); plugin frees %llu, "
-         "process frees %llu\n"
-         "[alloc]   by object: %s\n",
-         provider.c_str(), role, static_cast<unsigned long long>(alloc::pluginAttributed()),
-         static_cast<unsigned long long>(alloc::pluginDirect()),
-         static_cast<unsigned long long>(alloc::total()),
-         static_cast<unsigned long long>(result.messages), static_cast<unsigned long long>(ops),
-         static_cast<unsigned long long>(result.calls), result.bytes / 1048576.0,
-         static_cast<unsigned long long>(alloc::g_pluginFrees.load()),
-         static_cast<unsigned long long>(alloc::g_frees.load()), alloc::breakdown().c_str());
+  printf(
+      "[alloc] provider %s, %s: plugin %llu (direct caller %llu), whole process %llu over %llu "
+      "messages (%llu ops, %llu isend/irecv/test calls, %.1f MiB); plugin frees %llu, "
+      "process frees %llu\n"
+      "[alloc]   by object: %s\n",
+      provider.c_str(), role, static_cast<unsigned long long>(alloc::pluginAttributed()),
+      static_cast<unsigned long long>(alloc::pluginDirect()),
+      static_cast<unsigned long long>(alloc::total()),
+      static_cast<unsigned long long>(result.messages), static_cast<unsigned long long>(ops),
+      static_cast<unsigned long long>(result.calls), result.bytes / 1048576.0,
+      static_cast<unsigned long long>(alloc::g_pluginFrees.load()),
+      static_cast<unsigned long long>(alloc::g_frees.load()), alloc::breakdown().c_str());
   fflush(stdout);
   // Where allocations come from, for whoever has to remove them (symbols of exported functions
   // only; `addr2line -e OBJECT` resolves the rest).
@@ -782,18 +795,17 @@ void warmUpAndMeasure(Peer& peer, void* comm, void* mh, uint8_t* buffer, bool se
   alloc::disarm();
   if (measured.badOp >= 0) {
     Shape shape = shapeOf(measured.badOp, peer.props.maxRecvs);
-    EXPECT_TRUE(verifyPattern(buffer + kSlotBytes * (measured.badOp % kWindow) +
-                                  shape.offset[measured.badPart],
-                              shape.size[measured.badPart],
-                              messageId(measured.badOp, measured.badPart)))
+    EXPECT_TRUE(verifyPattern(
+        buffer + kSlotBytes * (measured.badOp % kWindow) + shape.offset[measured.badPart],
+        shape.size[measured.badPart], messageId(measured.badOp, measured.badPart)))
         << role << " op " << measured.badOp << " buffer " << measured.badPart;
   }
   ASSERT_TRUE(measured.ok) << role << " measured loop: " << measured.error;
   report(role, measured, kMeasuredOps);
   EXPECT_GE(measured.calls, 2000u);
   EXPECT_EQ(alloc::pluginDirect(), 0u)
-      << role << ": the plugin called an allocator in the isend/irecv/test loop: "
-      << alloc::breakdown();
+      << role
+      << ": the plugin called an allocator in the isend/irecv/test loop: " << alloc::breakdown();
   EXPECT_EQ(alloc::pluginAttributed(), 0u)
       << role << ": the plugin allocated (through the C/C++ runtime) in the isend/irecv/test "
       << "loop: " << alloc::breakdown();

@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 
 #include "support/harness.h"
-#include "support/test_env.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
+#include "support/test_env.h"
 
 namespace nnf::test {
 namespace {

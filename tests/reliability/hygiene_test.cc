@@ -14,10 +14,10 @@
 #include <malloc.h>
 
 #include "reliability_support.h"
-#include "support/test_env.h"
 #include "support/harness.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
+#include "support/test_env.h"
 
 namespace nnf::test {
 namespace {

@@ -35,9 +35,10 @@ TEST(ConfigurationDoc, DocumentsNothingTheTableLacks) {
   std::set<std::string> known;
   for (const ParamSpec& param : table()) known.insert(param.envName);
   std::regex variable("`(NCCL_FABRIC_[A-Z0-9_]+)`");
-  for (auto it = std::sregex_iterator(doc.begin(), doc.end(), variable); it != std::sregex_iterator();
-       ++it) {
-    EXPECT_TRUE(known.count((*it)[1].str())) << (*it)[1].str() << " is documented but not a parameter";
+  for (auto it = std::sregex_iterator(doc.begin(), doc.end(), variable);
+       it != std::sregex_iterator(); ++it) {
+    EXPECT_TRUE(known.count((*it)[1].str()))
+        << (*it)[1].str() << " is documented but not a parameter";
   }
 }
 

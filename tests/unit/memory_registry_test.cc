@@ -78,7 +78,8 @@ std::string fakeCudaPath() {
   exe[n] = '\0';
   std::string dir(exe);
   dir = dir.substr(0, dir.rfind('/'));
-  for (const char* candidate : {"/fake_cuda/libnnf_fake_cuda.so", "/../fake_cuda/libnnf_fake_cuda.so"}) {
+  for (const char* candidate :
+       {"/fake_cuda/libnnf_fake_cuda.so", "/../fake_cuda/libnnf_fake_cuda.so"}) {
     std::string path = dir + candidate;
     if (access(path.c_str(), R_OK) == 0) return path;
   }
@@ -95,8 +96,8 @@ struct FakeCuda {
     std::string path = fakeCudaPath();
     library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (library == nullptr) {
-      *why = "cannot load the fake CUDA driver " + path + " (build target nnf_fake_cuda): " +
-             dlerror();
+      *why = "cannot load the fake CUDA driver " + path +
+             " (build target nnf_fake_cuda): " + dlerror();
       return false;
     }
     declare = reinterpret_cast<decltype(declare)>(dlsym(library, "nnfFakeCudaDeclare"));
@@ -250,8 +251,7 @@ TEST_F(MemoryRegistryTest, WithoutFlushReadsCudaBuffersGetOnlySendRecvAccess) {
 }
 
 TEST_F(MemoryRegistryTest, DmaBufTypeRegistersAsDmaBufOfTheBuffersOrdinal) {
-  auto registry =
-      makeRegistry(abi::kPtrHost | abi::kPtrCuda | abi::kPtrDmaBuf, FI_REMOTE_READ);
+  auto registry = makeRegistry(abi::kPtrHost | abi::kPtrCuda | abi::kPtrDmaBuf, FI_REMOTE_READ);
   Buffer gpu(4 * kPage);
   fake_.declare(gpu.data(), gpu.size(), 7);
   MemoryHandle* handle = nullptr;
@@ -271,8 +271,7 @@ TEST_F(MemoryRegistryTest, DmaBufTypeRegistersAsDmaBufOfTheBuffersOrdinal) {
 // from cuMemGetHandleForAddressRange; it never passes NCCL_PTR_DMABUF as a buffer type. With
 // NCCL_PTR_DMABUF advertised, that call must register the DMA-BUF, not the virtual address.
 TEST_F(MemoryRegistryTest, CudaTypeWithADmaBufFdAsNcclCallsItRegistersTheDmaBuf) {
-  auto registry =
-      makeRegistry(abi::kPtrHost | abi::kPtrCuda | abi::kPtrDmaBuf, FI_REMOTE_READ);
+  auto registry = makeRegistry(abi::kPtrHost | abi::kPtrCuda | abi::kPtrDmaBuf, FI_REMOTE_READ);
   Buffer gpu(4 * kPage);
   fake_.declare(gpu.data(), gpu.size(), 1);
   MemoryHandle* handle = nullptr;
@@ -443,12 +442,12 @@ TEST_F(MemoryRegistryTest, SubRangesHitTheCachedRegistrationWithoutReachingTheRe
   ASSERT_EQ(recorder_.registrations(), 2u);
 
   MemoryHandle *hostPart = nullptr, *gpuPart = nullptr;
-  ASSERT_EQ(registry->registerBuffer(host.data() + 5000, 3 * kPage + 17, abi::kPtrHost, -1, 0,
-                                     &hostPart),
-            abi::kSuccess);
-  ASSERT_EQ(registry->registerBuffer(gpu.data() + 8 * kPage + 1, 100, abi::kPtrCuda, -1, 0,
-                                     &gpuPart),
-            abi::kSuccess);
+  ASSERT_EQ(
+      registry->registerBuffer(host.data() + 5000, 3 * kPage + 17, abi::kPtrHost, -1, 0, &hostPart),
+      abi::kSuccess);
+  ASSERT_EQ(
+      registry->registerBuffer(gpu.data() + 8 * kPage + 1, 100, abi::kPtrCuda, -1, 0, &gpuPart),
+      abi::kSuccess);
   EXPECT_EQ(recorder_.registrations(), 2u) << "sub-ranges must not reach the registrar";
   EXPECT_EQ(hostPart->mr, hostWhole->mr);
   EXPECT_EQ(gpuPart->mr, gpuWhole->mr);
@@ -530,11 +529,11 @@ void reRegistrationHeavy(MemoryRegistryTest* self, RecordingRegistrar& recorder,
   }
   for (MemoryHandle* handle : inFlight) ASSERT_EQ(registry.deregister(handle), abi::kSuccess);
   memory::MrCacheStats stats = registry.stats();
-  double rate = 100.0 * static_cast<double>(stats.hits) /
-                static_cast<double>(stats.hits + stats.misses);
-  std::cout << "[ hit rate ] " << label << ": " << kOps << " sub-range regMr of a "
-            << (size >> 20) << " MiB buffer: hits=" << stats.hits << " misses=" << stats.misses
-            << " (" << rate << "% incl. the first registration), provider registrations="
+  double rate =
+      100.0 * static_cast<double>(stats.hits) / static_cast<double>(stats.hits + stats.misses);
+  std::cout << "[ hit rate ] " << label << ": " << kOps << " sub-range regMr of a " << (size >> 20)
+            << " MiB buffer: hits=" << stats.hits << " misses=" << stats.misses << " (" << rate
+            << "% incl. the first registration), provider registrations="
             << recorder.registrations() << "\n";
   self->RecordProperty(std::string(label) + "_hits", static_cast<int>(stats.hits));
   self->RecordProperty(std::string(label) + "_misses", static_cast<int>(stats.misses));
@@ -616,9 +615,9 @@ TEST_F(MemoryRegistryShmTest, HostRegistersAndSubRangesHitOnARealDomain) {
   ASSERT_EQ(registry.registerBuffer(host.data(), host.size(), abi::kPtrHost, -1, 0, &whole),
             abi::kSuccess);
   ASSERT_NE(whole->mr->registration().provider, nullptr) << "a real fid_mr";
-  ASSERT_EQ(registry.registerBuffer(host.data() + 3 * kPage, 5 * kPage, abi::kPtrHost, -1, 0,
-                                    &part),
-            abi::kSuccess);
+  ASSERT_EQ(
+      registry.registerBuffer(host.data() + 3 * kPage, 5 * kPage, abi::kPtrHost, -1, 0, &part),
+      abi::kSuccess);
   EXPECT_EQ(part->mr, whole->mr);
   EXPECT_EQ(wrapper_->registrations(), 1u);
   EXPECT_EQ(registry.stats().hits, 1u);

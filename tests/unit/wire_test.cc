@@ -16,14 +16,17 @@ TEST(ListenHandle, RoundTrips) {
   wire::ListenHandle handle = wire::makeListenHandle(42, "shm", kAddress, sizeof(kAddress));
   wire::ListenHandle decoded;
   std::string reason;
-  ASSERT_TRUE(wire::decodeListenHandle(&handle, sizeof(handle), "shm", &decoded, &reason)) << reason;
+  ASSERT_TRUE(wire::decodeListenHandle(&handle, sizeof(handle), "shm", &decoded, &reason))
+      << reason;
   EXPECT_EQ(decoded.listenerId, 42u);
   EXPECT_EQ(decoded.addressLength, sizeof(kAddress));
   EXPECT_EQ(memcmp(decoded.address, kAddress, sizeof(kAddress)), 0);
   EXPECT_EQ(decoded.connectToken, 0u);
 }
 
-TEST(ListenHandle, FitsNcclHandle) { EXPECT_LE(sizeof(wire::ListenHandle), 128u); }
+TEST(ListenHandle, FitsNcclHandle) {
+  EXPECT_LE(sizeof(wire::ListenHandle), 128u);
+}
 
 TEST(ListenHandle, RejectsForeignProvider) {
   wire::ListenHandle handle = wire::makeListenHandle(1, "tcp;ofi_rxm", kAddress, sizeof(kAddress));

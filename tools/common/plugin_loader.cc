@@ -26,14 +26,22 @@ PluginLibrary::~PluginLibrary() {
 
 const char* resultName(abi::Result result) {
   switch (result) {
-    case abi::kSuccess: return "ncclSuccess";
-    case abi::kUnhandledCudaError: return "ncclUnhandledCudaError";
-    case abi::kSystemError: return "ncclSystemError";
-    case abi::kInternalError: return "ncclInternalError";
-    case abi::kInvalidArgument: return "ncclInvalidArgument";
-    case abi::kInvalidUsage: return "ncclInvalidUsage";
-    case abi::kRemoteError: return "ncclRemoteError";
-    case abi::kInProgress: return "ncclInProgress";
+    case abi::kSuccess:
+      return "ncclSuccess";
+    case abi::kUnhandledCudaError:
+      return "ncclUnhandledCudaError";
+    case abi::kSystemError:
+      return "ncclSystemError";
+    case abi::kInternalError:
+      return "ncclInternalError";
+    case abi::kInvalidArgument:
+      return "ncclInvalidArgument";
+    case abi::kInvalidUsage:
+      return "ncclInvalidUsage";
+    case abi::kRemoteError:
+      return "ncclRemoteError";
+    case abi::kInProgress:
+      return "ncclInProgress";
   }
   return "unknown result";
 }

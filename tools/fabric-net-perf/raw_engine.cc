@@ -69,7 +69,8 @@ bool RawEngine::open() {
     char name[64];
     std::snprintf(name, sizeof(name), "fi_shm://nnf-raw-%d-%08x", static_cast<int>(getpid()),
                   static_cast<unsigned>(std::random_device{}()));
-    if ((rc = fi_setname(&ep_->fid, name, std::strlen(name) + 1)) != 0) return fail("fi_setname", rc);
+    if ((rc = fi_setname(&ep_->fid, name, std::strlen(name) + 1)) != 0)
+      return fail("fi_setname", rc);
   }
   if ((rc = fi_enable(ep_)) != 0) return fail("fi_enable", rc);
   return true;

@@ -21,27 +21,15 @@
 #include "support/harness.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
+#include "support/test_env.h"
 
 namespace nnf::test {
 namespace {
 
 constexpr int kTag = 0x47;
 
-// NNF_FAKE_CUDA_LIBRARY, else the fake built beside this binary (build/tests/fake_cuda/...).
 std::string fakeCudaPath() {
-  if (const char* env = std::getenv("NNF_FAKE_CUDA_LIBRARY")) return env;
-  char exe[4096];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return "";
-  exe[n] = '\0';
-  std::string dir(exe);
-  dir = dir.substr(0, dir.rfind('/'));
-  for (const char* candidate :
-       {"/fake_cuda/libnnf_fake_cuda.so", "/../fake_cuda/libnnf_fake_cuda.so"}) {
-    std::string path = dir + candidate;
-    if (access(path.c_str(), R_OK) == 0) return path;
-  }
-  return dir + "/fake_cuda/libnnf_fake_cuda.so";
+  return fakeCudaLibrary();
 }
 
 // Sets plugin parameters in this (parent) process for the duration of a test: the children

@@ -1,6 +1,7 @@
 #include "support/test_env.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cstdlib>
 
 namespace nnf::test {
@@ -17,6 +18,22 @@ std::string testProvider() {
   const char* provider = std::getenv("NNF_TEST_PROVIDER");
   if (provider == nullptr) provider = std::getenv("FI_PROVIDER");
   return provider != nullptr ? provider : "";
+}
+
+std::string fakeCudaLibrary() {
+  if (const char* env = std::getenv("NNF_FAKE_CUDA_LIBRARY")) return env;
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return "";
+  exe[n] = '\0';
+  std::string dir(exe);
+  dir = dir.substr(0, dir.rfind('/'));
+  for (const char* candidate :
+       {"/fake_cuda/libnnf_fake_cuda.so", "/../fake_cuda/libnnf_fake_cuda.so"}) {
+    std::string path = dir + candidate;
+    if (access(path.c_str(), R_OK) == 0) return path;
+  }
+  return dir + "/fake_cuda/libnnf_fake_cuda.so";
 }
 
 std::string sourceDir() {

@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/test_env.h"
+
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -65,26 +67,8 @@ std::string hexPointer(const void* ptr) {
 
 // --- The fake CUDA driver ----------------------------------------------------------------------
 
-// NNF_FAKE_CUDA_PATH when the build passes it, else NNF_FAKE_CUDA_LIBRARY, else the library built
-// beside this test binary (build/tests/fake_cuda/libnnf_fake_cuda.so).
 std::string fakeCudaPath() {
-#ifdef NNF_FAKE_CUDA_PATH
-  return NNF_FAKE_CUDA_PATH;
-#else
-  if (const char* env = std::getenv("NNF_FAKE_CUDA_LIBRARY")) return env;
-  char exe[4096];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return "";
-  exe[n] = '\0';
-  std::string dir(exe);
-  dir = dir.substr(0, dir.rfind('/'));
-  for (const char* candidate :
-       {"/fake_cuda/libnnf_fake_cuda.so", "/../fake_cuda/libnnf_fake_cuda.so"}) {
-    std::string path = dir + candidate;
-    if (access(path.c_str(), R_OK) == 0) return path;
-  }
-  return dir + "/fake_cuda/libnnf_fake_cuda.so";
-#endif
+  return test::fakeCudaLibrary();
 }
 
 struct FakeCuda {

@@ -89,7 +89,7 @@ abi::Result Plugin::connect(int dev, void* handle, void** out) {
   std::lock_guard<std::mutex> lock(device->mutex());
   SendComm* comm = nullptr;
   if (decoded.connectToken == 0) {
-    comm = device->createComm<SendComm>(static_cast<size_t>(maxRecvs()));
+    comm = device->createComm<SendComm>(static_cast<size_t>(device->properties().maxRecvs));
     if (comm == nullptr) return abi::kSystemError;
     abi::Result result = comm->start(decoded);
     if (result != abi::kSuccess) {

@@ -69,14 +69,18 @@ abi::Result Device::postNow(Operation& op, ssize_t* ret) {
                          &op.context);
       break;
   }
-  if (*ret == 0) {
-    op.inFlight = true;
-    return abi::kSuccess;
-  }
-  if (*ret == -FI_EAGAIN) return abi::kInProgress;
+  abi::Result result = postResult(op, *ret);
+  if (result == abi::kSuccess) op.inFlight = true;
+  return result;
+}
+
+abi::Result Device::postResult(const Operation& op, ssize_t ret) const {
+  if (ret == 0) return abi::kSuccess;
+  if (ret == -FI_EAGAIN) return abi::kInProgress;
   static const char* const kNames[] = {"send", "receive", "flush read"};
   NNF_WARN("posting a %zu-byte %s on device %d failed: %s", op.length,
-           kNames[static_cast<int>(op.type)], index_, fabric::errorText(*ret).c_str());
+           kNames[static_cast<int>(op.type)], index_,
+           fabric::errorText(static_cast<int>(ret)).c_str());
   return abi::kSystemError;
 }
 
@@ -100,12 +104,7 @@ abi::Result Device::post(Operation& op) {
 
 abi::Result Device::inject(const Operation& op) {
   if (queueHead_ != nullptr) return abi::kInProgress;
-  ssize_t ret = rail_->tinject(op.buffer, op.length, op.peer, op.tag);
-  if (ret == 0) return abi::kSuccess;
-  if (ret == -FI_EAGAIN) return abi::kInProgress;
-  NNF_WARN("posting a %zu-byte send on device %d failed: %s", op.length, index_,
-           fabric::errorText(static_cast<int>(ret)).c_str());
-  return abi::kSystemError;
+  return postResult(op, rail_->tinject(op.buffer, op.length, op.peer, op.tag));
 }
 
 void Device::unqueue(Operation& op) {

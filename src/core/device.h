@@ -107,14 +107,14 @@ class Device {
   // A key for providers that let the application choose registration keys.
   uint64_t nextRegistrationKey() { return nextKey_++; }
 
-  size_t liveComms() const { return comms_.size(); }
-
  private:
   uint32_t allocateId();
   void dispatchError();
   void retryQueued();
   void reapClosed();
   abi::Result postNow(Operation& op, ssize_t* ret);
+  // Maps a post's return value: success, kInProgress for -FI_EAGAIN, else one WARN.
+  abi::Result postResult(const Operation& op, ssize_t ret) const;
 
   int index_;
   const config::Config& config_;

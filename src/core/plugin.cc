@@ -180,8 +180,4 @@ bool Plugin::tracked(const void* object) {
   return live_.count(object) == 1;
 }
 
-int Plugin::maxRecvs() const {
-  return config_ ? static_cast<int>(config_->integer(config::Param::kMaxRecvs)) : 1;
-}
-
 }  // namespace nnf::core

@@ -52,7 +52,6 @@ class Plugin {
   // `sizes` receives one entry per operation of the request (up to maxRecvs); may be null.
   abi::Result test(void* request, int* done, size_t* sizes, int* count);
 
-  int maxRecvs() const;
   const config::Config* config() const { return config_ ? &*config_ : nullptr; }
 
  private:

@@ -84,17 +84,6 @@ bool providerMatches(const std::string& name, const std::string& provName) {
          provName[name.size()] == ';';
 }
 
-std::vector<std::string> listUsableProviders() {
-  std::vector<std::string> names;
-  InfoPtr all = queryAll();
-  std::set<std::string> seen;
-  for (fi_info* info = all.get(); info != nullptr; info = info->next) {
-    std::string name = info->fabric_attr->prov_name;
-    if (seen.insert(name).second) names.push_back(name);
-  }
-  return names;
-}
-
 ProviderChoice selectProvider(const std::string& requested, bool wantHmem) {
   InfoPtr all = queryAll();
   if (!all) {

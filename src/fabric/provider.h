@@ -19,9 +19,6 @@ struct ProviderChoice {
 // The fi_getinfo hints for the sendrecv protocol: RDM endpoints with tagged messages.
 InfoPtr makeHints();
 
-// Every provider that offers what the plugin needs, in libfabric's order (for tools).
-std::vector<std::string> listUsableProviders();
-
 // Picks the provider: `requested` (NCCL_FABRIC_PROVIDER) when non-empty, else efa when
 // present, else the first usable one. FI_PROVIDER is honoured by libfabric itself. Throws
 // std::runtime_error with a clear message when nothing usable exists.

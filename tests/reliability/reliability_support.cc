@@ -56,14 +56,6 @@ pid_t forkRun(const std::function<void()>& body) {
   _exit(code);
 }
 
-std::string describe(int status) {
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
-           strsignal(WTERMSIG(status)) + ")";
-  return "ended with wait status " + std::to_string(status);
-}
-
 struct Child {
   std::string role;
   pid_t pid = -1;
@@ -107,10 +99,10 @@ void waitAll(std::vector<Child>& children, double timeoutSec) {
     bool clean = WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0;
     if (child.ending == Ending::kKilled && !killed) {
       ADD_FAILURE() << "the " << child.role << " process was to kill itself mid-transfer but "
-                    << describe(child.status) << " (its failures are printed above)";
+                    << describeStatus(child.status) << " (its failures are printed above)";
     } else if (child.ending == Ending::kSuccess && !clean) {
       ADD_FAILURE() << "the " << child.role << " process (pid " << child.pid << ") "
-                    << describe(child.status) << " (its failures are printed above)";
+                    << describeStatus(child.status) << " (its failures are printed above)";
     }
   }
 }

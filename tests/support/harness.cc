@@ -115,14 +115,6 @@ pid_t forkChild(const std::string& role, int keepFd, int closeFd, const Body& bo
   _exit(code);
 }
 
-std::string describeStatus(int status) {
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
-           strsignal(WTERMSIG(status)) + ")";
-  return "ended with wait status " + std::to_string(status);
-}
-
 struct Child {
   std::string role;
   pid_t pid;
@@ -185,6 +177,14 @@ bool waitChildren(std::vector<Child>& children, double timeoutSec) {
 }
 
 }  // namespace
+
+std::string describeStatus(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  return "ended with wait status " + std::to_string(status);
+}
 
 Channel::~Channel() {
   close(fd_);

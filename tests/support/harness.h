@@ -96,4 +96,7 @@ int runOneProcessRaw(const Body& body, double timeoutSec);
 // Loads the plugin and checks init/devices/getProperties; fatal failure when anything is off.
 void openPlugin(Peer* peer);
 
+// "exited with status N", "was killed by signal N (name)": a child's end for messages.
+std::string describeStatus(int status);
+
 }  // namespace nnf::test

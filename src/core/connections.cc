@@ -47,7 +47,7 @@ abi::Result Plugin::listen(int dev, void* handle, void** out) {
     NNF_WARN("listen: NULL handle or comm pointer");
     return abi::kInternalError;
   }
-  std::lock_guard<std::mutex> lock(device->mutex());
+  std::lock_guard<fabric::DomainLock> lock(device->domainLock());
   ListenComm* comm = device->createComm<ListenComm>();
   if (comm == nullptr) return abi::kSystemError;
   const auto& address = device->rail().address();
@@ -86,7 +86,7 @@ abi::Result Plugin::connect(int dev, void* handle, void** out) {
     return abi::kInternalError;
   }
 
-  std::lock_guard<std::mutex> lock(device->mutex());
+  std::lock_guard<fabric::DomainLock> lock(device->domainLock());
   SendComm* comm = nullptr;
   if (decoded.connectToken == 0) {
     comm = device->createComm<SendComm>(static_cast<size_t>(device->properties().maxRecvs));
@@ -134,7 +134,7 @@ abi::Result Plugin::accept(void* listenComm, void** out) {
     return abi::kInternalError;
   }
   Device& device = comm->device();
-  std::lock_guard<std::mutex> lock(device.mutex());
+  std::lock_guard<fabric::DomainLock> lock(device.domainLock());
   abi::Result result = device.progress();
   if (result != abi::kSuccess) return result;
   RecvComm* accepted = nullptr;
@@ -154,13 +154,13 @@ void closeAndDrain(Device& device, Comm& comm, int64_t timeoutMs) {
   uint32_t id = comm.id();
   Comm* address = &comm;
   {
-    std::lock_guard<std::mutex> lock(device.mutex());
+    std::lock_guard<fabric::DomainLock> lock(device.domainLock());
     device.closeComm(comm);
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   for (;;) {
     {
-      std::lock_guard<std::mutex> lock(device.mutex());
+      std::lock_guard<fabric::DomainLock> lock(device.domainLock());
       if (device.findComm(id) != address) return;  // freed
       device.progress();
     }

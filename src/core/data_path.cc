@@ -77,7 +77,7 @@ abi::Result Plugin::isend(void* sendComm, void* data, size_t size, int tag, void
     return abi::kInternalError;
   }
   Device& device = comm->device();
-  std::lock_guard<std::mutex> lock(device.mutex());
+  std::lock_guard<fabric::DomainLock> lock(device.domainLock());
   if (comm->peerFailed()) return abi::kRemoteError;
   Request* request = comm->pool().acquire(1);
   if (request == nullptr) {
@@ -117,7 +117,7 @@ abi::Result Plugin::irecv(void* recvComm, int count, void* const* data, const si
     }
   }
   Device& device = comm->device();
-  std::lock_guard<std::mutex> lock(device.mutex());
+  std::lock_guard<fabric::DomainLock> lock(device.domainLock());
   if (comm->peerFailed()) return abi::kRemoteError;
   Request* request = comm->pool().acquire(static_cast<uint8_t>(count));
   if (request == nullptr) {
@@ -169,7 +169,7 @@ abi::Result Plugin::iflush(void* recvComm, int count, void* const* data, const i
     case memory::FlushMethod::kRdmaRead:
       break;
   }
-  std::lock_guard<std::mutex> lock(device.mutex());
+  std::lock_guard<fabric::DomainLock> lock(device.domainLock());
   Request* request = comm->flushPool().acquire(1);
   if (request == nullptr) {
     // NCCL would take a NULL request for a finished flush: refuse rather than skip it.
@@ -211,7 +211,7 @@ abi::Result Plugin::test(void* request, int* done, size_t* sizes, int* count) {
   // The magic and the owning comm never change; the state does, under the device lock.
   DataComm& comm = *req->comm;
   Device& device = comm.device();
-  std::lock_guard<std::mutex> lock(device.mutex());
+  std::lock_guard<fabric::DomainLock> lock(device.domainLock());
   if (req->state == Request::State::kFree || req->state == Request::State::kAbandoned) {
     NNF_WARN("test: %p is not a pending request (completed and reported already?)", request);
     return abi::kInternalError;

@@ -28,8 +28,8 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
 
   cuda_ = spec.cuda;
   rmaRead_ = spec.rmaRead;
-  registrar_ = std::make_unique<memory::FabricRegistrar>(rail_->domain(), rail_->info(), mutex_,
-                                                         rail_->endpoint());
+  registrar_ = std::make_unique<memory::FabricRegistrar>(rail_->domain(), rail_->info(),
+                                                         domainLock_, rail_->endpoint());
   memory_ = std::make_unique<MemoryRegistry>(
       *registrar_, memory::MrCacheOptions::fromConfig(config), cuda_, properties_.ptrSupport,
       rmaRead_ ? FI_REMOTE_READ : 0, rail_->needsLocalRegistration());
@@ -162,7 +162,7 @@ abi::Result Device::progress() {
              fabric::errorText(static_cast<int>(count)).c_str());
     return abi::kSystemError;
   }
-  retryQueued();
+  if (queueHead_ != nullptr) retryQueued();
   if (!closing_.empty()) reapClosed();
   return abi::kSuccess;
 }

@@ -16,6 +16,7 @@
 #include "core/comm.h"
 #include "core/memory_registry.h"
 #include "core/operation.h"
+#include "fabric/domain_lock.h"
 #include "fabric/rail.h"
 #include "memory/fabric_registrar.h"
 #include "protocol/protocol.h"
@@ -60,7 +61,7 @@ class Device {
   const std::vector<std::string>& railNames() const { return railNames_; }
   const std::vector<std::string>& gpus() const { return gpus_; }
   const config::Config& config() const { return config_; }
-  std::mutex& mutex() { return mutex_; }
+  fabric::DomainLock& domainLock() { return domainLock_; }
   fabric::Rail& rail() { return *rail_; }
   protocol::Protocol& protocol() { return *protocol_; }
   const std::string& provider() const { return provider_; }
@@ -73,7 +74,7 @@ class Device {
   // True for providers that only reach processes on this host (shm).
   bool localOnly() const { return localOnly_; }
 
-  // --- everything below: caller holds mutex() ---
+  // --- everything below: caller holds domainLock() ---
 
   // Reads completions and dispatches them, then retries queued operations.
   abi::Result progress();
@@ -121,7 +122,7 @@ class Device {
   std::string provider_;
   bool localOnly_ = false;
   size_t injectLimit_ = 0;
-  std::mutex mutex_;
+  fabric::DomainLock domainLock_;
   std::unique_ptr<fabric::Rail> rail_;
   std::unique_ptr<protocol::Protocol> protocol_;
   std::unique_ptr<memory::FabricRegistrar> registrar_;

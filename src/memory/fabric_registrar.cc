@@ -33,8 +33,8 @@ const char* memTypeName(MemType type) {
   return "unknown";
 }
 
-FabricRegistrar::FabricRegistrar(fid_domain* domain, const fi_info* info, std::mutex& domainLock,
-                                 fid_ep* endpoint)
+FabricRegistrar::FabricRegistrar(fid_domain* domain, const fi_info* info,
+                                 fabric::DomainLock& domainLock, fid_ep* endpoint)
     : domain_(domain), lock_(domainLock), endpoint_(endpoint) {
   if (domain == nullptr || info == nullptr || info->domain_attr == nullptr)
     throw std::invalid_argument("FabricRegistrar needs an open domain and its fi_info");
@@ -116,7 +116,7 @@ int FabricRegistrar::registerRegion(const Region& region, Registration* out) {
   }
 #endif
 
-  std::lock_guard<std::mutex> guard(lock_);
+  std::lock_guard<fabric::DomainLock> guard(lock_);
   uint64_t key = 0;
   if (!providerKeys()) {
     rc = takeKey(&key);
@@ -163,7 +163,7 @@ int FabricRegistrar::registerRegion(const Region& region, Registration* out) {
 int FabricRegistrar::deregister(Registration& registration) {
   auto* mr = static_cast<fid_mr*>(registration.provider);
   if (mr == nullptr) return -FI_EINVAL;
-  std::lock_guard<std::mutex> guard(lock_);
+  std::lock_guard<fabric::DomainLock> guard(lock_);
   int rc = fi_close(&mr->fid);
   if (rc != 0) {
     NNF_WARN("Memory deregistration of %p (%zu bytes) failed: %s (%d)", registration.base,

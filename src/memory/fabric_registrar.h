@@ -9,6 +9,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 
+#include "fabric/domain_lock.h"
 #include "memory/region.h"
 
 namespace nnf::memory {
@@ -20,7 +21,7 @@ class FabricRegistrar : public Registrar {
   // caller's other uses of the domain (it may be FI_THREAD_DOMAIN). `endpoint` is needed only
   // under FI_MR_ENDPOINT and may also be given later with bindEndpoint().
   // Throws std::invalid_argument for a null domain or info.
-  FabricRegistrar(fid_domain* domain, const fi_info* info, std::mutex& domainLock,
+  FabricRegistrar(fid_domain* domain, const fi_info* info, fabric::DomainLock& domainLock,
                   fid_ep* endpoint = nullptr);
 
   // Caller must not hold domainLock (we take it).
@@ -41,7 +42,7 @@ class FabricRegistrar : public Registrar {
   void returnKey(uint64_t key);
 
   fid_domain* domain_;
-  std::mutex& lock_;
+  fabric::DomainLock& lock_;
   fid_ep* endpoint_;
   uint64_t mrMode_;
   bool hmem_;

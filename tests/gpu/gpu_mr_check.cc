@@ -85,7 +85,7 @@ void checkProvider(const char* provider, void* gpuBuffer, size_t size, int ordin
     fi_freeinfo(info);
     return;
   }
-  std::mutex lock;
+  nnf::fabric::DomainLock lock;
   {
     FabricRegistrar registrar(domain, info, lock);
     PtrSupportInputs inputs;

@@ -54,8 +54,12 @@ class FabricRegistrarTest : public ::testing::TestWithParam<Variant> {
   }
 
   void TearDown() override {
-    if (domain_ != nullptr) EXPECT_EQ(fi_close(&domain_->fid), 0);
-    if (fabric_ != nullptr) EXPECT_EQ(fi_close(&fabric_->fid), 0);
+    if (domain_ != nullptr) {
+      EXPECT_EQ(fi_close(&domain_->fid), 0);
+    }
+    if (fabric_ != nullptr) {
+      EXPECT_EQ(fi_close(&fabric_->fid), 0);
+    }
     if (info_ != nullptr) fi_freeinfo(info_);
   }
 
@@ -70,7 +74,7 @@ class FabricRegistrarTest : public ::testing::TestWithParam<Variant> {
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
-  std::mutex domainLock_;
+  nnf::fabric::DomainLock domainLock_;
 };
 
 TEST_P(FabricRegistrarTest, RegistersHostMemoryWithTheKeysMrModeAsksFor) {
@@ -103,7 +107,9 @@ TEST_P(FabricRegistrarTest, RegistersHostMemoryWithTheKeysMrModeAsksFor) {
   // A released application key is handed out again rather than growing the key space.
   Registration c;
   ASSERT_EQ(registrar.registerRegion(hostRegion(first), &c), 0);
-  if (!registrar.providerKeys()) EXPECT_EQ(c.key, 1u);
+  if (!registrar.providerKeys()) {
+    EXPECT_EQ(c.key, 1u);
+  }
   EXPECT_EQ(registrar.deregister(b), 0);
   EXPECT_EQ(registrar.deregister(c), 0);
   EXPECT_EQ(registrar.deregister(c), -FI_EINVAL);  // already released

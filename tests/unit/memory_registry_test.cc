@@ -585,7 +585,7 @@ class MemoryRegistryShmTest : public MemoryRegistryTest {
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
-  std::mutex domainLock_;
+  nnf::fabric::DomainLock domainLock_;
   std::unique_ptr<memory::FabricRegistrar> fabricRegistrar_;
   std::unique_ptr<RecordingRegistrar> wrapper_;
 };

@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
-# Measures every row of the performance bar (docs/performance.md) RUNS times with
-# fabric-net-perf, plugin beside raw libfabric in the same run, and prints the medians.
-#   scripts/perf-bar.sh [RUNS]      (default 5; build first: scripts/bootstrap.sh build)
+# Measures every row of the performance bar (issue 5, docs/performance.md) RUNS times with
+# fabric-net-perf, plugin beside raw libfabric in the same run, and prints per row the median of
+# the plugin and raw figures, their ratio, the spread of the per-run ratios, and the verdict.
+#   scripts/perf-bar.sh [-k DIR] [RUNS] [-- extra fabric-net-perf options]
+#     RUNS    runs of every row (default 5)
+#     -k DIR  keep every run's CSV in DIR (for plots or a second look)
+# Build first (scripts/bootstrap.sh build). Every run also verifies its data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=${1:-5}
+keep=""
+runs=5
+extra=(--repeat 3)
+while (($#)); do
+  case "$1" in
+    -k) keep=$2; shift 2 ;;
+    --) shift; extra+=("$@"); break ;;
+    *) runs=$1; shift ;;
+  esac
+done
 perf=./build/tools/fabric-net-perf/fabric-net-perf
-out=$(mktemp -d)
+out=${keep:-$(mktemp -d)}
+mkdir -p "$out"
 export FI_TCP_IFACE=${FI_TCP_IFACE:-lo}
 
 rows=(
@@ -18,36 +32,46 @@ rows=(
   "alltoall shm -b 64K -e 1M -f 16 --ranks 4"
   "alltoall tcp -b 64K -e 1M -f 16 --ranks 4"
 )
+start=$SECONDS
 for ((run = 1; run <= runs; ++run)); do
   for index in "${!rows[@]}"; do
     read -r mode provider args <<<"${rows[$index]}"
-    echo "run $run/$runs: $mode $provider $args" >&2
+    echo "run $run/$runs: $mode $provider $args ${extra[*]}" >&2
     # shellcheck disable=SC2086
-    $perf "$mode" --provider "$provider" $args -q --csv "$out/$index.$run.csv" >/dev/null
+    $perf "$mode" --provider "$provider" $args "${extra[@]}" -q --csv "$out/$index.$run.csv" >/dev/null
   done
 done
+echo "perf-bar: $runs runs in $((SECONDS - start)) s, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
-# Medians per (mode, provider, size) of the plugin and raw figures, and the ratio of medians.
-# Bandwidth rows compare GB/s, msgrate rows Mmsg/s, lat rows the half round trip in µs.
-printf '%-9s %-4s %9s %12s %12s %9s\n' mode prov bytes plugin raw ratio
+# Bandwidth rows compare GB/s, msgrate rows Mmsg/s, lat rows the median half round trip (µs).
+# ratio = median plugin / median raw; spread = lowest and highest ratio of a single run.
+printf '%-9s %-4s %9s %12s %12s %9s %15s  %s\n' mode prov bytes plugin raw ratio spread bar
 cat "$out"/*.csv | grep -v '^mode,' | sort -t, -k1,1 -k2,2 -k3,3n | awk -F, '
-  function median(list, n,    i, j, t, a) {
+  function median(list,    n, i, j, t, a) {
     n = split(list, a, " ")
-    for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
   }
   {
     key = $1 " " $2 " " $3
-    if (!(key in seen)) { order[++count] = key; seen[key] = 1 }
-    if ($1 == "lat") { p = $7; r = $11 } else if ($1 == "msgrate") { p = $9; r = $13 } else { p = $8; r = $12 }
+    if (!(key in seen)) { order[++count] = key; seen[key] = 1; lo[key] = 1e18; hi[key] = -1e18 }
+    if ($1 == "lat") { p = $7; r = $11; x = p - r } else if ($1 == "msgrate") { p = $9; r = $13; x = 100 * p / r } else { p = $8; r = $12; x = 100 * p / r }
     plugin[key] = plugin[key] " " p; raw[key] = raw[key] " " r
+    if (x < lo[key]) lo[key] = x
+    if (x > hi[key]) hi[key] = x
   }
   END {
     for (i = 1; i <= count; ++i) {
-      split(order[i], k, " ")
-      mp = median(plugin[order[i]]); mr = median(raw[order[i]])
-      if (k[1] == "lat") printf "%-9s %-4s %9d %10.3fus %10.3fus %+8.3fus\n", k[1], k[2], k[3], mp, mr, mp - mr
-      else printf "%-9s %-4s %9d %12.3f %12.3f %8.1f%%\n", k[1], k[2], k[3], mp, mr, 100 * mp / mr
+      key = order[i]; split(key, k, " ")
+      mp = median(plugin[key]); mr = median(raw[key])
+      if (k[1] == "lat") {
+        verdict = (mp - mr <= 0.3) ? "met (<= +0.3us)" : "NOT MET (<= +0.3us)"
+        printf "%-9s %-4s %9d %10.3fus %10.3fus %+8.3fus %+6.2f..%+6.2fus  %s\n", k[1], k[2], k[3], mp, mr, mp - mr, lo[key], hi[key], verdict
+      } else {
+        need = (k[1] == "bw") ? 95 : 90
+        verdict = (100 * mp / mr >= need) ? "met" : "NOT MET"
+        printf "%-9s %-4s %9d %12.3f %12.3f %8.1f%% %6.1f..%5.1f%%  %s (>= %d%%)\n", k[1], k[2], k[3], mp, mr, 100 * mp / mr, lo[key], hi[key], verdict, need
+      }
     }
   }'
-rm -rf "$out"
+[[ -n "$keep" ]] || rm -rf "$out"

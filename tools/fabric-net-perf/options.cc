@@ -103,7 +103,9 @@ void printUsage(const char* argv0) {
       "  -b SIZE           smallest message (K/M/G suffixes)\n"
       "  -e SIZE           largest message\n"
       "  -f FACTOR         size multiplier between steps\n"
-      "  -n N              iterations per size (default: chosen per size)\n"
+      "  -n N              iterations per size (default: enough for --time)\n"
+      "  --time MS         length of one measurement without -n (default 100 ms; lat counts\n"
+      "                    round trips instead)\n"
       "  -w N              warm-up iterations per size\n"
       "  --repeat N        measure every point N times, engines alternating; keep the best\n"
       "  --window N        messages in flight per comm (1..32, default 32)\n"
@@ -181,7 +183,7 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
         return false;
       }
     } else if (arg == "-n" || arg == "-w" || arg == "--window" || arg == "--comms" ||
-               arg == "--repeat" || arg == "--ranks" || arg == "--dev") {
+               arg == "--repeat" || arg == "--ranks" || arg == "--dev" || arg == "--time") {
       if (!value(&v)) return false;
       bool ok = false;
       if (arg == "-n")
@@ -190,6 +192,8 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
         ok = parseInt(v, 0, 100000000, &opts.warmup);
       else if (arg == "--repeat")
         ok = parseInt(v, 1, 100, &opts.repeat);
+      else if (arg == "--time")
+        ok = parseInt(v, 1, 600000, &opts.timeMs);
       else if (arg == "--window")
         ok = parseInt(v, 1, 32, &opts.window);
       else if (arg == "--comms")
@@ -295,7 +299,7 @@ int itersFor(const Options& opts, size_t bytes) {
     case Mode::kMsgrate:
       return clamp(64.0 * 1024 * 1024 / b, 64, 10000);
     case Mode::kLat:
-      return clamp(64.0 * 1024 * 1024 / b, 100, 2000);
+      return clamp(256.0 * 1024 * 1024 / b, 200, 10000);
     case Mode::kAlltoall:
       return clamp(64.0 * 1024 * 1024 / b, 10, 200);
   }
@@ -309,10 +313,11 @@ int warmupFor(const Options& opts, size_t bytes) {
 
 std::string agreementKey(const Options& opts) {
   char key[256];
-  std::snprintf(
-      key, sizeof(key), "%s b=%zu e=%zu f=%g n=%d w=%d rep=%d win=%d c=%d p=%d r=%d chk=%d",
-      modeName(opts.mode), opts.minBytes, opts.maxBytes, opts.factor, opts.iters, opts.warmup,
-      opts.repeat, opts.window, opts.comms, opts.runPlugin, opts.runRaw, opts.fullCheck);
+  std::snprintf(key, sizeof(key),
+                "%s b=%zu e=%zu f=%g n=%d w=%d t=%d rep=%d win=%d c=%d p=%d r=%d chk=%d",
+                modeName(opts.mode), opts.minBytes, opts.maxBytes, opts.factor, opts.iters,
+                opts.warmup, opts.timeMs, opts.repeat, opts.window, opts.comms, opts.runPlugin,
+                opts.runRaw, opts.fullCheck);
   return key;
 }
 

@@ -16,8 +16,9 @@ struct Options {
   size_t minBytes = 0;  // 0 with minSet=false: the mode's default
   size_t maxBytes = 0;
   double factor = 0;
-  int iters = 0;    // 0: chosen per size so that every size takes a similar, short time
-  int warmup = -1;  // -1: chosen per size
+  int iters = 0;     // 0: sized from the warm-up so that a measurement lasts timeMs
+  int warmup = -1;   // -1: chosen per size
+  int timeMs = 100;  // target length of one measurement when iters is 0 (not lat)
   bool minSet = false, maxSet = false;
   int repeat = 1;   // rounds per point; the best one is kept
   int window = 32;  // messages in flight per comm (NCCL_NET_MAX_REQUESTS)
@@ -53,7 +54,8 @@ void printUsage(const char* argv0);
 // The sizes the sweep visits, minimum to maximum (the maximum always included).
 std::vector<size_t> sweepSizes(const Options& opts);
 
-// Iterations and warm-up for one size (the user's -n / -w when given).
+// Iterations and warm-up for one size (the user's -n / -w when given). Without -n, the
+// streaming modes and alltoall size their measurement from the warm-up instead (--time).
 int itersFor(const Options& opts, size_t bytes);
 int warmupFor(const Options& opts, size_t bytes);
 

@@ -21,7 +21,8 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kStreamBudget = size_t{256} << 20;
 constexpr int kStallSeconds = 30;
 constexpr size_t kAckSent = 8;
-constexpr size_t kAckPosted = 64;  // larger than the send: exercises "receive > send"
+constexpr size_t kAckPosted = 64;     // larger than the send: exercises "receive > send"
+constexpr long kBurstMessages = 768;  // messages over all streams between two drains
 
 double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -105,8 +106,10 @@ class Runner {
   bool poll(Stream& s, bool* completed);
   bool verify(const Stream& s, uint64_t seq, size_t got);
   bool runStreams(const std::vector<Stream*>& streams, long n);
+  bool runBursts(const std::vector<Stream*>& streams, long n);
   bool syncAcks();
   bool stalled(Clock::time_point since, const char* what);
+  bool agreeCount(size_t bytes, long warmed, double warmSeconds, long* count);
 
   bool stepStreaming(size_t bytes, int comms, Row* row);
   bool stepLatency(size_t bytes, Row* row);
@@ -334,6 +337,47 @@ bool Runner::syncAcks() {
   }
 }
 
+bool Runner::agreeCount(size_t bytes, long warmed, double warmSeconds, long* count) {
+  if (opts_.iters > 0) {
+    *count = opts_.iters;
+    return true;
+  }
+  // Rank 0 sizes the measurement from its warm-up so that it lasts about --time on any
+  // provider (a fixed count is a few scheduler slices on shm and seconds on tcp), and tells
+  // the others: every rank must run the same number of iterations.
+  long n = itersFor(opts_, bytes);
+  if (boot_.rank() == 0) {
+    if (warmed > 0 && warmSeconds > 0) {
+      double perIteration = warmSeconds / static_cast<double>(warmed);
+      n = static_cast<long>(opts_.timeMs * 1e-3 / perIteration);
+      // A hiccup in a short warm-up must not shrink the measurement below the fixed count.
+      n = std::max<long>(n, itersFor(opts_, bytes));
+      n = std::min<long>(n, 100000000);
+    }
+    for (int peer = 1; peer < boot_.size(); ++peer)
+      if (!boot_.send(peer, &n, sizeof(n))) return fail(boot_.error());
+  } else if (!boot_.recv(0, &n, sizeof(n))) {
+    return fail(boot_.error());
+  }
+  *count = n;
+  return true;
+}
+
+bool Runner::runBursts(const std::vector<Stream*>& streams, long n) {
+  // Nothing stops a sender of small messages from running ahead of its receiver (an eager
+  // send completes at once), and a provider parks what arrives early in a bounded pool: shm
+  // fails the next fi_trecv with -FI_ENOMEM once ~1,000 wait there. Long runs therefore go in
+  // bursts that each end with the acknowledgement round trip (a drain every few hundred
+  // messages: about 1 % of the time at 8 bytes on shm, the same for both engines).
+  long burst = std::max<long>(opts_.window, kBurstMessages / static_cast<long>(streams.size()));
+  for (long done = 0; done < n;) {
+    long chunk = std::min(burst, n - done);
+    if (!runStreams(streams, chunk) || !syncAcks()) return false;
+    done += chunk;
+  }
+  return true;
+}
+
 bool Runner::stepStreaming(size_t bytes, int comms, Row* row) {
   std::vector<Stream*> active;
   for (Stream& s : streams_) {
@@ -341,11 +385,13 @@ bool Runner::stepStreaming(size_t bytes, int comms, Row* row) {
     prepare(s, bytes);
     active.push_back(&s);
   }
-  long n = itersFor(opts_, bytes), w = warmupFor(opts_, bytes);
-  if (w > 0 && !(runStreams(active, w) && syncAcks())) return false;
+  long n = 0, w = warmupFor(opts_, bytes);
+  auto warm0 = Clock::now();
+  if (w > 0 && !runBursts(active, w)) return false;
+  if (!agreeCount(bytes, w, seconds(Clock::now() - warm0), &n)) return false;
   if (!boot_.barrier()) return fail(boot_.error());
   auto t0 = Clock::now();
-  if (!runStreams(active, n) || !syncAcks()) return false;
+  if (!runBursts(active, n)) return false;
   double elapsed = seconds(Clock::now() - t0);
   bool both = opts_.mode == Mode::kBibw;
   row->bytes = bytes;
@@ -423,9 +469,11 @@ bool Runner::stepAlltoall(size_t bytes, Row* row) {
       all.push_back(&s);
     }
   }
-  long n = itersFor(opts_, bytes), w = warmupFor(opts_, bytes);
+  long n = 0, w = warmupFor(opts_, bytes);
+  auto warm0 = Clock::now();
   for (long i = 0; i < w; ++i)
     if (!runStreams(all, 1)) return false;
+  if (!agreeCount(bytes, w, seconds(Clock::now() - warm0), &n)) return false;
   if (!boot_.barrier()) return fail(boot_.error());
   auto t0 = Clock::now();
   for (long i = 0; i < n; ++i)
@@ -492,7 +540,6 @@ bool Runner::step(size_t bytes, int comms, Row* row) {
   return stepStreaming(bytes, comms, row);
 }
 
-// Keeps the better of two measurements of the same point.
 // Keeps the better of two measurements of the same point: in every mode, the shorter time.
 void keepBest(const Row& fresh, Row* best) {
   if (best->count == 0 || fresh.timeUs < best->timeUs) *best = fresh;
@@ -534,10 +581,12 @@ bool runPatterns(const std::vector<Engine*>& engines, Bootstrap& boot, const Opt
         std::fprintf(stderr, "\r%s: %zu/%zu (%zu bytes, %d comm%s)        ", modeName(opts.mode),
                      ++point, points, bytes, comms, comms > 1 ? "s" : "");
       std::vector<Row> best(engines.size());
-      // Engines take turns point by point (and round by round with --repeat), so that load
-      // drifting on a shared machine hits them alike.
+      // Engines take turns point by point, and round by round with --repeat in alternating
+      // order (plugin, raw, raw, plugin, ...), so that load drifting on a shared machine and
+      // whatever the first engine leaves behind (caches, a descheduled peer) hit them alike.
       for (int round = 0; round < opts.repeat; ++round) {
-        for (size_t e = 0; e < engines.size(); ++e) {
+        for (size_t turn = 0; turn < engines.size(); ++turn) {
+          size_t e = round % 2 == 0 ? turn : engines.size() - 1 - turn;
           Row row;
           if (!runners[e]->step(bytes, comms, &row)) {
             if (progress) std::fprintf(stderr, "\n");

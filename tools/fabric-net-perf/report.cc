@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -28,11 +29,12 @@ const char* timeName(const Report& r) {
   return isLat(r) ? "median(us)" : "time(us)";
 }
 
-// Plugin as a percentage of raw: higher is better for every mode (latency inverted).
-double ratio(const Report& r, const Row& p, const Row& raw) {
-  double a = metric(r, p), b = metric(r, raw);
-  if (a <= 0 || b <= 0) return 0;
-  return isLat(r) ? 100.0 * b / a : 100.0 * a / b;
+// Plugin as a percentage of raw, higher is better: raw time over plugin time per message (or
+// per step, or per half round trip). For the same bytes that is also the ratio of bandwidths
+// and rates, and it stays defined for zero-byte messages.
+double ratio(const Report&, const Row& p, const Row& raw) {
+  if (p.timeUs <= 0 || raw.timeUs <= 0) return 0;
+  return 100.0 * raw.timeUs / p.timeUs;
 }
 
 bool both(const Report& r) {
@@ -178,6 +180,19 @@ bool writeJson(const Report& r, const std::string& path, std::string* error) {
   return static_cast<bool>(out) || (*error = "write error on " + path, false);
 }
 
+std::string sizeLabel(size_t bytes) {
+  char text[32];
+  if (bytes >= (size_t{1} << 30) && bytes % (size_t{1} << 30) == 0)
+    std::snprintf(text, sizeof(text), "%zuG", bytes >> 30);
+  else if (bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0)
+    std::snprintf(text, sizeof(text), "%zuM", bytes >> 20);
+  else if (bytes >= 1024 && bytes % 1024 == 0)
+    std::snprintf(text, sizeof(text), "%zuK", bytes >> 10);
+  else
+    std::snprintf(text, sizeof(text), "%zu", bytes);
+  return text;
+}
+
 bool writePlot(const Report& r, const std::string& path, std::string* error) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     std::fprintf(stderr,
@@ -186,34 +201,85 @@ bool writePlot(const Report& r, const std::string& path, std::string* error) {
                  path.c_str());
     return true;
   }
+  // Data: one block per number of comms (msgrate sweeps them; other modes have one), columns
+  // bytes, label, then per engine the headline number, the time and the p99.
+  std::vector<int> commCounts;
+  for (size_t i = 0; i < rowCount(r); ++i) {
+    int c = anyRow(r, i).comms;
+    if (std::find(commCounts.begin(), commCounts.end(), c) == commCounts.end())
+      commCounts.push_back(c);
+  }
   std::string data = path + ".dat", script = path + ".gp";
   {
     std::ofstream out(data);
-    for (size_t i = 0; i < rowCount(r); ++i) {
-      const Row& x = anyRow(r, i);
-      // msgrate: one line per size, at the largest number of comms.
-      if (isRate(r) && x.comms != r.opts.comms) continue;
-      out << x.bytes << ' ' << x.comms << ' ' << (i < r.plugin.size() ? metric(r, r.plugin[i]) : 0)
-          << ' ' << (i < r.raw.size() ? metric(r, r.raw[i]) : 0) << '\n';
+    for (size_t block = 0; block < commCounts.size(); ++block) {
+      if (block > 0) out << "\n\n";
+      for (size_t i = 0; i < rowCount(r); ++i) {
+        const Row& x = anyRow(r, i);
+        if (x.comms != commCounts[block]) continue;
+        out << x.bytes << ' ' << sizeLabel(x.bytes);
+        for (const std::vector<Row>* rows : {&r.plugin, &r.raw}) {
+          if (i < rows->size())
+            out << ' ' << metric(r, (*rows)[i]) << ' ' << (*rows)[i].timeUs << ' '
+                << (*rows)[i].p99Us;
+          else
+            out << " NaN NaN NaN";
+        }
+        out << '\n';
+      }
+    }
+    if (!out) {
+      *error = "cannot write " + data;
+      return false;
     }
   }
   {
+    // Two panels on one x axis: the headline number on top, time per message (or the p99 for
+    // lat) below on a log scale, plugin solid and raw dashed in the same colour.
     std::ofstream out(script);
-    const char* y = isLat(r) ? "median half round trip (us)" : isRate(r) ? "Mmsg/s" : "GB/s";
-    out << "set terminal pngcairo size 900,560\nset output '" << path << "'\n"
-        << "set logscale x 2\nset xlabel 'message size (bytes)'\nset ylabel '" << y << "'\n"
-        << "set title 'fabric-net-perf " << modeName(r.opts.mode) << " (" << r.provider
-        << ")'\nset key left top\nset grid\nplot ";
-    bool first = true;
-    if (r.hasPlugin)
-      out << "'" << data << "' using 1:3 with linespoints title 'plugin'", first = false;
-    if (r.hasRaw)
-      out << (first ? "" : ", ") << "'" << data << "' using 1:4 with linespoints title 'raw'";
-    out << "\n";
+    const char* top = isLat(r) ? "median half round trip (us)" : isRate(r) ? "Mmsg/s" : "GB/s";
+    const char* bottom = isLat(r)                         ? "p99 half round trip (us)"
+                         : r.opts.mode == Mode::kAlltoall ? "time per step (us)"
+                                                          : "time per message (us)";
+    out << "set terminal pngcairo size 900,760 font ',10'\nset output '" << path << "'\n"
+        << "set multiplot layout 2,1 title 'fabric-net-perf " << modeName(r.opts.mode) << ", "
+        << r.provider << ": plugin (solid) beside raw libfabric (dashed)'\n"
+        << "set logscale x 2\nset grid\nset key outside right top\nset xlabel 'message size "
+           "(bytes)'\n";
+    auto panel = [&](const char* label, int pluginCol, int rawCol, bool logY) {
+      out << "set ylabel '" << label << "'\n"
+          << (logY ? "set logscale y\n" : "unset logscale y\n") << "plot ";
+      bool first = true;
+      for (size_t block = 0; block < commCounts.size(); ++block) {
+        std::string suffix = isRate(r) ? ", " + std::to_string(commCounts[block]) + " comm" +
+                                             (commCounts[block] > 1 ? "s" : "")
+                                       : "";
+        for (int engine = 0; engine < 2; ++engine) {
+          if (engine == 0 ? !r.hasPlugin : !r.hasRaw) continue;
+          out << (first ? "" : ", ") << "'" << data << "' index " << block
+              << " using 1:" << (engine == 0 ? pluginCol : rawCol)
+              << ":xticlabels(2) with linespoints lc " << block + 1 << " dt "
+              << (engine == 0 ? 1 : 2) << " pt " << (engine == 0 ? 7 : 6) << " title '"
+              << (engine == 0 ? "plugin" : "raw") << suffix << "'";
+          first = false;
+        }
+      }
+      out << "\n";
+    };
+    panel(top, 3, 6, isLat(r));
+    if (isLat(r))
+      panel(bottom, 5, 8, true);
+    else
+      panel(bottom, 4, 7, true);
+    out << "unset multiplot\n";
+    if (!out) {
+      *error = "cannot write " + script;
+      return false;
+    }
   }
   std::string cmd = "gnuplot '" + script + "'";
   if (std::system(cmd.c_str()) != 0) {
-    *error = "gnuplot failed on " + script;
+    *error = "gnuplot failed on " + script + " (data in " + data + ")";
     return false;
   }
   unlink(data.c_str());

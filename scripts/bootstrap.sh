@@ -7,7 +7,8 @@ build_dir=${1:-build}
 shift || true
 
 packages=(g++ cmake ninja-build pkg-config libfabric-dev libfabric-bin libhwloc-dev hwloc
-          googletest libgtest-dev libgmock-dev clang valgrind iproute2 procps nftables)
+          googletest libgtest-dev libgmock-dev clang valgrind iproute2 procps nftables
+          gnuplot-nox)  # fabric-net-perf --plot, exercised by the PerfTool tests
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# fabric-net-perf end to end on one provider: every mode through the plugin and raw libfabric
+# with every byte checked (--check), the CSV / JSON / plot outputs, the two-host mode over
+# loopback, and the refusals of a bad command line or a missing plugin.
+#   perf_tool_test.sh PERF_BINARY PROVIDER
+set -euo pipefail
+perf=$1
+provider=$2
+out=$(mktemp -d)
+listener=""
+cleanup() {
+  [[ -n "$listener" ]] && kill "$listener" 2>/dev/null || true
+  rm -rf "$out"
+}
+trap cleanup EXIT
+export FI_TCP_IFACE=lo
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# Runs one mode; checks the exit status, the data-check line, and that the table, the CSV and
+# the JSON carry the same number of measured rows, each with plugin, raw and ratio filled.
+check_mode() {
+  local name=$1
+  shift
+  "$perf" "$@" --provider "$provider" -q --check --csv "$out/$name.csv" --json "$out/$name.json" \
+    >"$out/$name.txt" 2>"$out/$name.err" || fail "$name: exit status $? ($(tail -3 "$out/$name.err"))"
+  grep -q '^# Data check: every message verified, no mismatch$' "$out/$name.txt" ||
+    fail "$name: no data-check line"
+  local table csv json
+  table=$(grep -cv '^#' "$out/$name.txt")
+  csv=$(grep -c "^[a-z]*,$provider," "$out/$name.csv")
+  json=$(grep -c '"bytes": ' "$out/$name.json")
+  [[ "$table" -ge "${MIN_ROWS:-1}" ]] || fail "$name: $table table rows, expected at least ${MIN_ROWS:-1}"
+  [[ "$csv" -eq "$table" && "$json" -eq "$table" ]] ||
+    fail "$name: table $table rows, CSV $csv, JSON $json"
+  # Every CSV row has a positive plugin time, a positive raw time and a ratio.
+  awk -F, -v name="$name" 'NR > 1 && !($7 > 0 && $11 > 0 && $15 > 0) {
+      print "FAIL: " name ": incomplete CSV row: " $0 > "/dev/stderr"; bad = 1 }
+    END { exit bad }' "$out/$name.csv" || exit 1
+  echo "ok: $name ($table rows)"
+}
+
+MIN_ROWS=12 check_mode bw bw -b 0 -e 1M -n 20         # 0, 1, 4, ..., 1M: zero bytes included
+MIN_ROWS=4 check_mode bibw bibw -b 4K -e 1M -f 4 -n 20
+MIN_ROWS=4 check_mode lat lat -b 8 -e 4K -f 8 -n 100
+MIN_ROWS=6 check_mode msgrate msgrate -b 8 -e 4K -f 8 --comms 2 -n 300 --repeat 2
+MIN_ROWS=3 check_mode alltoall alltoall -b 1K -e 64K -f 8 --ranks 3 -n 5
+
+# Without -n the count comes from the warm-up (--time); both ranks must agree on it or the
+# run hangs, and the measured count is at least the fixed minimum.
+"$perf" msgrate --provider "$provider" -q -b 64 -e 64 --comms 1 --time 20 --csv "$out/timed.csv" \
+  >/dev/null || fail "timed msgrate: exit status $?"
+count=$(awk -F, 'NR == 2 { print $5 }' "$out/timed.csv")
+[[ "$count" -ge 64 ]] || fail "timed msgrate: count $count"
+echo "ok: --time (count $count)"
+
+if command -v gnuplot >/dev/null; then
+  "$perf" bw --provider "$provider" -q -b 1K -e 64K -n 20 --plot "$out/bw.png" >/dev/null ||
+    fail "plot: exit status $?"
+  [[ "$(head -c 4 "$out/bw.png" | od -An -c | tr -d ' ')" == '211PNG' ]] || fail "plot: not a PNG"
+  [[ ! -e "$out/bw.png.gp" && ! -e "$out/bw.png.dat" ]] || fail "plot: left its scratch files"
+  echo "ok: --plot"
+else
+  echo "skip: --plot (gnuplot not installed)"
+fi
+
+# Two hosts, here both on loopback: the listening side prints the table.
+port=$((20000 + RANDOM % 20000))
+"$perf" bw --listen "$port" --provider "$provider" -q --check -b 4K -e 64K -n 20 \
+  >"$out/listen.txt" 2>"$out/listen.err" &
+listener=$!
+ok=""
+for _ in $(seq 50); do
+  if "$perf" bw --connect "127.0.0.1:$port" --provider "$provider" -q --check -b 4K -e 64K -n 20 \
+    >"$out/connect.txt" 2>"$out/connect.err"; then
+    ok=1
+    break
+  fi
+  grep -q "refused\|connect" "$out/connect.err" || break
+  sleep 0.1
+done
+wait "$listener" || fail "two hosts: the listening side failed ($(tail -3 "$out/listen.err"))"
+listener=""
+[[ -n "$ok" ]] || fail "two hosts: the connecting side failed ($(tail -3 "$out/connect.err"))"
+[[ "$(grep -cv '^#' "$out/listen.txt")" -eq 3 ]] || fail "two hosts: expected 3 rows"
+grep -q 'no mismatch' "$out/listen.txt" || fail "two hosts: no data-check line"
+echo "ok: --listen / --connect"
+
+# Refusals: a bad command line exits 2 with a message; a plugin that cannot load fails the run.
+for args in "bw -f 1" "bw --window 33" "nosuchmode" "bw -b 2M -e 1M" "bw --listen 1 --connect h:2"; do
+  status=0
+  # shellcheck disable=SC2086
+  "$perf" $args >/dev/null 2>"$out/bad.err" || status=$?
+  [[ $status -eq 2 && -s "$out/bad.err" ]] || fail "'$args': status $status, expected 2 and a message"
+done
+status=0
+"$perf" bw --provider "$provider" -q -n 5 -e 1K --plugin /nonexistent/libnccl-net.so \
+  >/dev/null 2>"$out/bad.err" || status=$?
+[[ $status -ne 0 ]] && grep -q nonexistent "$out/bad.err" || fail "missing plugin: status $status"
+echo "ok: refusals"

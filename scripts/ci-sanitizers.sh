@@ -65,16 +65,17 @@ fi
 if [[ $which == all || $which == tsan ]]; then
   build=$root/build-tsan
   # Only what the threaded tests need: TSan builds are slow and the rest is single-threaded.
-  configure_build "$build" thread nccl-net-fabric threads_test soak_test mr_cache_test
+  configure_build "$build" thread nccl-net-fabric threads_test soak_test mr_cache_test domain_lock_test
   logs=$build/sanitizer-logs
   rm -rf "$logs" && mkdir -p "$logs"
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$logs/tsan:suppressions=$supp/tsan.supp"
   # The threaded tests: several threads driving comms at once (functional Threads.*, the
-  # reliability soak, labelled "threaded") and the MR cache's concurrent unit test.
+  # reliability soak, labelled "threaded"), the MR cache's concurrent unit test and the
+  # device's domain lock.
   (cd "$build" && ctest --output-on-failure --timeout 900 -j1 -R '^(shm|tcp)\.Threads\.') || status=1
   (cd "$build" && ctest --output-on-failure --timeout 900 -j1 -L threaded -LE soak) || status=1
   if [[ -x $build/tests/mr_cache_test ]]; then
-    (cd "$build" && ctest --output-on-failure --timeout 900 -j1 -R '^unit\..*[Tt]hread') || status=1
+    (cd "$build" && ctest --output-on-failure --timeout 900 -j1 -R '^unit\..*([Tt]hread|DomainLock)') || status=1
   fi
   unset TSAN_OPTIONS
   check_logs "$logs" "TSan"

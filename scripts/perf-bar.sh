@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 keep=""
 runs=5
-extra=(--repeat 3)
+extra=(--repeat 8 --time 50)  # best of 8 alternating rounds of 50 ms per point
 while (($#)); do
   case "$1" in
     -k) keep=$2; shift 2 ;;

@@ -84,7 +84,7 @@ struct Ack {
 };
 
 // The message buffers, shared by the engines: they take turns, never overlap, and so measure
-// on the very same pages. Separate buffers made whichever engine allocated first up to 8 %
+// on the very same pages. Separate buffers made whichever engine allocated first up to 12 %
 // slower at 4 MiB on shm (physical placement of the pages; swapping the order of allocation
 // swapped the result), which is noise that a ratio must not carry.
 class Buffers {

@@ -171,8 +171,7 @@ void DataComm::onError(Operation& op, int error, size_t overflow, const char* te
     return;
   }
   request->error = abi::kRemoteError;
-  const char* what =
-      op.type == OpType::kSend ? "send" : (op.type == OpType::kRecv ? "receive" : "flush read");
+  const char* what = opTypeName(op.type);
   if (errorReported_ || peerFailed_) {
     NNF_INFO(abi::kLogSubsysNet, "%s of %zu bytes on comm %u failed too: %s", what, op.length, id(),
              fi_strerror(error));

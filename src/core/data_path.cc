@@ -84,7 +84,6 @@ abi::Result Plugin::isend(void* sendComm, void* data, size_t size, int tag, void
     *out = nullptr;  // all requests busy: NCCL retries
     return abi::kSuccess;
   }
-  request->postedNs = 0;  // stamped by the first stall check: no clock read per message
   abi::Result result = device.protocol().postSend(*comm, *request, data, size, tag, mh);
   if (result != abi::kSuccess) {
     comm->abandon(*request);
@@ -124,7 +123,6 @@ abi::Result Plugin::irecv(void* recvComm, int count, void* const* data, const si
     *out = nullptr;
     return abi::kSuccess;
   }
-  request->postedNs = 0;  // stamped by the first stall check: no clock read per message
   abi::Result result = device.protocol().postRecv(*comm, *request, count, data, sizes, tags, mhs);
   if (result != abi::kSuccess) {
     comm->abandon(*request);
@@ -155,8 +153,8 @@ abi::Result Plugin::iflush(void* recvComm, int count, void* const* data, const i
   auto* mh = static_cast<MemoryHandle*>(handles[target]);
   Device& device = comm->device();
   memory::FlushDecision decision = memory::decideFlush(
-      {mh->type, static_cast<size_t>(sizes[target]), memory::flushSettingFromConfig(*config_),
-       device.rmaRead(), device.cuda() != nullptr && device.cuda()->hasFlush()});
+      {mh->type, static_cast<size_t>(sizes[target]), device.flushSetting(), device.rmaRead(),
+       device.cuda() != nullptr && device.cuda()->hasFlush()});
   switch (decision.method) {
     case memory::FlushMethod::kNone:
       return abi::kSuccess;
@@ -177,7 +175,6 @@ abi::Result Plugin::iflush(void* recvComm, int count, void* const* data, const i
              comm->id());
     return abi::kInternalError;
   }
-  request->postedNs = 0;  // stamped by the first stall check: no clock read per message
   Operation& op = request->ops[0];
   MemoryHandle* word = device.flushWord();
   op.owner = comm;

@@ -28,6 +28,7 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
 
   cuda_ = spec.cuda;
   rmaRead_ = spec.rmaRead;
+  flushSetting_ = memory::flushSettingFromConfig(config);
   registrar_ = std::make_unique<memory::FabricRegistrar>(rail_->domain(), rail_->info(),
                                                          domainLock_, rail_->endpoint());
   memory_ = std::make_unique<MemoryRegistry>(
@@ -77,9 +78,7 @@ abi::Result Device::postNow(Operation& op, ssize_t* ret) {
 abi::Result Device::postResult(const Operation& op, ssize_t ret) const {
   if (ret == 0) return abi::kSuccess;
   if (ret == -FI_EAGAIN) return abi::kInProgress;
-  static const char* const kNames[] = {"send", "receive", "flush read"};
-  NNF_WARN("posting a %zu-byte %s on device %d failed: %s", op.length,
-           kNames[static_cast<int>(op.type)], index_,
+  NNF_WARN("posting a %zu-byte %s on device %d failed: %s", op.length, opTypeName(op.type), index_,
            fabric::errorText(static_cast<int>(ret)).c_str());
   return abi::kSystemError;
 }

@@ -19,6 +19,7 @@
 #include "fabric/domain_lock.h"
 #include "fabric/rail.h"
 #include "memory/fabric_registrar.h"
+#include "memory/gdr_policy.h"
 #include "protocol/protocol.h"
 
 namespace nnf::core {
@@ -68,6 +69,8 @@ class Device {
   MemoryRegistry& memory() { return *memory_; }
   const memory::CudaDriver* cuda() const { return cuda_; }
   bool rmaRead() const { return rmaRead_; }
+  // NCCL_FABRIC_GDR_FLUSH, read once: iflush asks on every GPU receive.
+  memory::FlushSetting flushSetting() const { return flushSetting_; }
   // Target of GPUDirect flush reads: a registered host word and our own address.
   MemoryHandle* flushWord() const { return flushWordHandle_; }
   fi_addr_t selfAddress() const { return selfAddress_; }
@@ -129,6 +132,7 @@ class Device {
   std::unique_ptr<MemoryRegistry> memory_;
   const memory::CudaDriver* cuda_ = nullptr;
   bool rmaRead_ = false;
+  memory::FlushSetting flushSetting_;
   uint64_t flushWord_ = 0;
   MemoryHandle* flushWordHandle_ = nullptr;
   fi_addr_t selfAddress_ = FI_ADDR_UNSPEC;

@@ -16,6 +16,19 @@ class Comm;  // owner of an operation: hears about its completion
 
 enum class OpType : uint8_t { kSend, kRecv, kRead };
 
+// For log lines: "send", "receive", "flush read".
+inline const char* opTypeName(OpType type) {
+  switch (type) {
+    case OpType::kSend:
+      return "send";
+    case OpType::kRecv:
+      return "receive";
+    case OpType::kRead:
+      return "flush read";
+  }
+  return "operation";
+}
+
 struct Operation {
   fi_context2 context;  // provider scratch space (FI_CONTEXT / FI_CONTEXT2 modes)
   Comm* owner = nullptr;

@@ -47,6 +47,7 @@ class RequestPool {
     request->count = count;
     request->remaining = count;
     request->error = abi::kSuccess;
+    request->postedNs = 0;  // stamped by the first stall check: no clock read per message
     return request;
   }
   void release(Request* request) {

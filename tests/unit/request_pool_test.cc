@@ -23,9 +23,14 @@ TEST(RequestPool, HandsOutEachRequestOnceUntilReleased) {
   EXPECT_EQ(pool.acquire(1), nullptr);  // the 33rd: NCCL must retry
   EXPECT_EQ(pool.inUse(), 32u);
   Request* back = *seen.begin();
+  back->postedNs = 12345;  // stamped by a stall check during its previous life
+  back->error = abi::kRemoteError;
   pool.release(back);
   EXPECT_EQ(back->state, Request::State::kFree);
   EXPECT_EQ(pool.acquire(1), back);
+  // A reused request starts clean: its wait is timed afresh.
+  EXPECT_EQ(back->postedNs, 0u);
+  EXPECT_EQ(back->error, abi::kSuccess);
 }
 
 TEST(RequestPool, OperationsBelongToTheirRequest) {

@@ -20,26 +20,8 @@ constexpr int kTag = 0x51;
 
 // One message through a fresh comm pair in one process: proves the plugin still works.
 void transferLocally(Peer& peer, int size, uint64_t message) {
-  Handle handle;
-  void *listen, *send, *recv;
-  ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
-  ASSERT_NO_FATAL_FAILURE(connectLocal(peer, listen, &handle, &send, &recv));
   HostBuffer in(size), out(size);
-  fillPattern(out.data(), size, message);
-  void *sendMh, *recvMh, *sendReq, *recvReq;
-  ASSERT_NO_FATAL_FAILURE(regHost(peer, send, out.data(), size, &sendMh));
-  ASSERT_NO_FATAL_FAILURE(regHost(peer, recv, in.data(), size, &recvMh));
-  ASSERT_NO_FATAL_FAILURE(postRecv(peer, recv, in.data(), size, kTag, recvMh, &recvReq));
-  ASSERT_NO_FATAL_FAILURE(postSend(peer, send, out.data(), size, kTag, sendMh, &sendReq));
-  std::vector<int> sizes;
-  ASSERT_NO_FATAL_FAILURE(waitAll(peer, {recvReq, sendReq}, &sizes));
-  EXPECT_EQ(sizes[0], size);
-  EXPECT_TRUE(verifyPattern(in.data(), size, message));
-  dereg(peer, send, sendMh);
-  dereg(peer, recv, recvMh);
-  closeSend(peer, send);
-  closeRecv(peer, recv);
-  closeListen(peer, listen);
+  transferOnFreshPair(peer, out.data(), in.data(), size, message);
 }
 
 struct Truncation {

@@ -38,7 +38,6 @@ constexpr size_t kHeapSlackBytes = 256u << 10;
 // their pages progressively as entries cycle, so resident memory creeps up by ~290 bytes per
 // pair while the heap stays flat (valgrind: identical bytes in use after 2,000 and 6,000 pairs).
 constexpr size_t kTcpPoolTouchBytesPerPair = 512;
-constexpr int kTag = 0x11;
 
 struct Sample {
   int fds;
@@ -58,33 +57,6 @@ Sample sample() {
   return {openFdCount(), residentBytes(), mallinfo2().uordblks};
 }
 
-// One comm pair through the whole life cycle, with one small message so that every layer
-// (handshake, request pool, completions) is exercised, not only creation.
-void onePair(Peer& peer, HostBuffer& out, HostBuffer& in, uint64_t message) {
-  Handle handle;
-  void *listen, *send, *recv;
-  ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
-  ASSERT_NO_FATAL_FAILURE(connectLocal(peer, listen, &handle, &send, &recv));
-  const int size = 64;
-  fillPattern(out.data(), size, message);
-  void *sendReq, *recvReq;
-  // Unregistered host buffers (NULL mhandle) are legal for providers without FI_MR_LOCAL;
-  // registration churn is measured separately below.
-  void *sendMh, *recvMh;
-  ASSERT_NO_FATAL_FAILURE(regHost(peer, send, out.data(), size, &sendMh));
-  ASSERT_NO_FATAL_FAILURE(regHost(peer, recv, in.data(), size, &recvMh));
-  ASSERT_NO_FATAL_FAILURE(postRecv(peer, recv, in.data(), size, kTag, recvMh, &recvReq));
-  ASSERT_NO_FATAL_FAILURE(postSend(peer, send, out.data(), size, kTag, sendMh, &sendReq));
-  std::vector<int> sizes;
-  ASSERT_NO_FATAL_FAILURE(waitAll(peer, {recvReq, sendReq}, &sizes));
-  ASSERT_TRUE(verifyPattern(in.data(), size, message));
-  dereg(peer, send, sendMh);
-  dereg(peer, recv, recvMh);
-  closeSend(peer, send);
-  closeRecv(peer, recv);
-  closeListen(peer, listen);
-}
-
 TEST(Hygiene, TenThousandCommPairsLeaveFdsAndRssFlat) {
   NNF_SKIP_UNDER_SANITIZERS();
   const int total = envCount("NNF_HYGIENE_COMMS", 10000);
@@ -96,7 +68,8 @@ TEST(Hygiene, TenThousandCommPairsLeaveFdsAndRssFlat) {
         Sample before{};
         for (int i = 0; i < total; ++i) {
           if (i == warmup) before = sample();
-          ASSERT_NO_FATAL_FAILURE(onePair(peer, out, in, i)) << "pair " << i;
+          ASSERT_NO_FATAL_FAILURE(transferOnFreshPair(peer, out.data(), in.data(), 64, i))
+              << "pair " << i;
         }
         Sample after = sample();
         double seconds = std::chrono::duration<double>(Clock::now() - start).count();

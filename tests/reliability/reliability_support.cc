@@ -22,17 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Failures recorded so far in the current test, so that a child reports only its own.
-int failedParts() {
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  if (info == nullptr) return 0;
-  const ::testing::TestResult* result = info->result();
-  int failed = 0;
-  for (int i = 0; i < result->total_part_count(); ++i)
-    failed += result->GetTestPartResult(i).failed();
-  return failed;
-}
-
 // Forks; the child runs `body` and leaves with _exit (never returning into gtest, never
 // running the parent's atexit handlers), status 1 when it recorded a failure.
 pid_t forkRun(const std::function<void()>& body) {

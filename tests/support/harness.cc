@@ -34,17 +34,6 @@ double secondsLeft(Clock::time_point deadline) {
   return std::chrono::duration<double>(deadline - Clock::now()).count();
 }
 
-// Failures recorded so far in the current test, so that a child judges only its own.
-int failedParts() {
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  if (info == nullptr) return 0;
-  const ::testing::TestResult* result = info->result();
-  int failed = 0;
-  for (int i = 0; i < result->total_part_count(); ++i)
-    failed += result->GetTestPartResult(i).failed();
-  return failed;
-}
-
 constexpr int kExitNoIsolation = 77;
 
 // A new network namespace with loopback up; false where the kernel or privileges refuse.
@@ -177,6 +166,16 @@ bool waitChildren(std::vector<Child>& children, double timeoutSec) {
 }
 
 }  // namespace
+
+int failedParts() {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (info == nullptr) return 0;
+  const ::testing::TestResult* result = info->result();
+  int failed = 0;
+  for (int i = 0; i < result->total_part_count(); ++i)
+    failed += result->GetTestPartResult(i).failed();
+  return failed;
+}
 
 std::string describeStatus(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));

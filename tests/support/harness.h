@@ -99,4 +99,7 @@ void openPlugin(Peer* peer);
 // "exited with status N", "was killed by signal N (name)": a child's end for messages.
 std::string describeStatus(int status);
 
+// Failures recorded so far in the current test, so that a forked child judges only its own.
+int failedParts();
+
 }  // namespace nnf::test

@@ -1,5 +1,7 @@
 #include "support/plugin_ops.h"
 
+#include "support/patterns.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -192,6 +194,29 @@ void closeRecv(Peer& peer, void* comm) {
 }
 void closeListen(Peer& peer, void* comm) {
   EXPECT_EQ(peer.net->closeListen(comm), abi::kSuccess);
+}
+
+void transferOnFreshPair(Peer& peer, uint8_t* out, uint8_t* in, int size, uint64_t message) {
+  constexpr int kTag = 0x51;
+  Handle handle;
+  void *listen, *send, *recv;
+  ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
+  ASSERT_NO_FATAL_FAILURE(connectLocal(peer, listen, &handle, &send, &recv));
+  fillPattern(out, size, message);
+  void *sendMh, *recvMh, *sendReq, *recvReq;
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, send, out, size, &sendMh));
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, recv, in, size, &recvMh));
+  ASSERT_NO_FATAL_FAILURE(postRecv(peer, recv, in, size, kTag, recvMh, &recvReq));
+  ASSERT_NO_FATAL_FAILURE(postSend(peer, send, out, size, kTag, sendMh, &sendReq));
+  std::vector<int> sizes;
+  ASSERT_NO_FATAL_FAILURE(waitAll(peer, {recvReq, sendReq}, &sizes));
+  ASSERT_EQ(sizes[0], size);
+  ASSERT_TRUE(verifyPattern(in, size, message));
+  dereg(peer, send, sendMh);
+  dereg(peer, recv, recvMh);
+  closeSend(peer, send);
+  closeRecv(peer, recv);
+  closeListen(peer, listen);
 }
 
 }  // namespace nnf::test

@@ -90,4 +90,9 @@ void closeSend(Peer& peer, void* comm);
 void closeRecv(Peer& peer, void* comm);
 void closeListen(Peer& peer, void* comm);
 
+// One message of `size` bytes from `out` to `in` through a fresh comm pair in this process,
+// the pair's whole life (listen, connect, register, send, receive, close): proves the plugin
+// still works, and exercises every layer. The size and pattern received must be exact.
+void transferOnFreshPair(Peer& peer, uint8_t* out, uint8_t* in, int size, uint64_t message);
+
 }  // namespace nnf::test

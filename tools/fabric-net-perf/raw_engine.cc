@@ -176,13 +176,12 @@ bool RawEngine::progress() {
   }
 }
 
-bool RawEngine::isend(int peer, int index, void* data, size_t bytes, void* mh, void** request) {
+template <typename Post>
+bool RawEngine::start(const char* what, uint32_t* seq, void** request, Post&& post) {
   *request = nullptr;
   Request* req = takeRequest();
   if (req == nullptr) return progress();
-  uint32_t& seq = sendSeq_[peer * comms_ + index];
-  ssize_t rc =
-      fi_tsend(ep_, data, bytes, desc(mh), peers_[peer], makeTag(rank_, index, seq), &req->ctx);
+  ssize_t rc = post(*seq, &req->ctx);
   if (rc == -FI_EAGAIN) {
     // Queue full: drain completions and let the caller retry, as the plugin asks NCCL to.
     giveRequest(req);
@@ -190,31 +189,26 @@ bool RawEngine::isend(int peer, int index, void* data, size_t bytes, void* mh, v
   }
   if (rc != 0) {
     giveRequest(req);
-    return fail("fi_tsend", static_cast<int>(rc));
+    return fail(what, static_cast<int>(rc));
   }
-  ++seq;
+  ++*seq;
   *request = req;
   return true;
 }
 
+bool RawEngine::isend(int peer, int index, void* data, size_t bytes, void* mh, void** request) {
+  return start(
+      "fi_tsend", &sendSeq_[peer * comms_ + index], request, [&](uint32_t seq, fi_context2* ctx) {
+        return fi_tsend(ep_, data, bytes, desc(mh), peers_[peer], makeTag(rank_, index, seq), ctx);
+      });
+}
+
 bool RawEngine::irecv(int peer, int index, void* data, size_t bytes, void* mh, void** request) {
-  *request = nullptr;
-  Request* req = takeRequest();
-  if (req == nullptr) return progress();
-  uint32_t& seq = recvSeq_[peer * comms_ + index];
-  ssize_t rc =
-      fi_trecv(ep_, data, bytes, desc(mh), FI_ADDR_UNSPEC, makeTag(peer, index, seq), 0, &req->ctx);
-  if (rc == -FI_EAGAIN) {
-    giveRequest(req);
-    return progress();
-  }
-  if (rc != 0) {
-    giveRequest(req);
-    return fail("fi_trecv", static_cast<int>(rc));
-  }
-  ++seq;
-  *request = req;
-  return true;
+  return start("fi_trecv", &recvSeq_[peer * comms_ + index], request,
+               [&](uint32_t seq, fi_context2* ctx) {
+                 return fi_trecv(ep_, data, bytes, desc(mh), FI_ADDR_UNSPEC,
+                                 makeTag(peer, index, seq), 0, ctx);
+               });
 }
 
 bool RawEngine::test(void* request, int* done, size_t* bytes) {

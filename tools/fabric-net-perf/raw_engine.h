@@ -45,6 +45,10 @@ class RawEngine : public Engine {
   bool progress();
   bool fail(const char* what, int rc);
   Request* takeRequest();
+  // Takes a request and posts with post(seq, context); on success advances *seq. A full queue
+  // (-FI_EAGAIN) or an empty pool is "not now": progress, *request stays nullptr.
+  template <typename Post>
+  bool start(const char* what, uint32_t* seq, void** request, Post&& post);
   void giveRequest(Request* req);
   void* desc(void* mh) const;
 

@@ -20,13 +20,30 @@ check_c_source_compiles("
 #include <rdma/fi_endpoint.h>
 int main(void) { return (int)FI_OPT_CUDA_API_PERMITTED; }"
   NNF_HAVE_FI_OPT_CUDA_API_PERMITTED)
+check_c_source_compiles("
+#include <rdma/fabric.h>
+#include <rdma/fi_endpoint.h>
+int main(void) { return (int)FI_OPT_SHARED_MEMORY_PERMITTED; }"
+  NNF_HAVE_FI_OPT_SHARED_MEMORY_PERMITTED)
+check_c_source_compiles("
+#include <rdma/fabric.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_ext.h>
+int main(void) { return (int)FI_OPT_EFA_WRITE_IN_ORDER_ALIGNED_128_BYTES; }"
+  NNF_HAVE_FI_OPT_EFA_IN_ORDER_ALIGNED_128)
 cmake_pop_check_state()
 
-foreach(feature NNF_HAVE_FI_MR_DMABUF NNF_HAVE_FI_HMEM NNF_HAVE_FI_OPT_CUDA_API_PERMITTED)
+# The plugin carries the option numbers itself (src/platform/provider_rules.h); where the headers
+# declare them too, a static_assert checks that both agree.
+foreach(feature NNF_HAVE_FI_MR_DMABUF NNF_HAVE_FI_HMEM NNF_HAVE_FI_OPT_CUDA_API_PERMITTED
+        NNF_HAVE_FI_OPT_SHARED_MEMORY_PERMITTED NNF_HAVE_FI_OPT_EFA_IN_ORDER_ALIGNED_128)
   if(${feature})
     list(APPEND NNF_FEATURE_DEFINITIONS ${feature}=1)
   else()
     list(APPEND NNF_FEATURE_DEFINITIONS ${feature}=0)
   endif()
 endforeach()
-message(STATUS "libfabric ${FABRIC_VERSION}: FI_MR_DMABUF=${NNF_HAVE_FI_MR_DMABUF} FI_HMEM=${NNF_HAVE_FI_HMEM}")
+message(STATUS "libfabric ${FABRIC_VERSION}: FI_MR_DMABUF=${NNF_HAVE_FI_MR_DMABUF} "
+               "FI_HMEM=${NNF_HAVE_FI_HMEM} "
+               "FI_OPT_CUDA_API_PERMITTED=${NNF_HAVE_FI_OPT_CUDA_API_PERMITTED} "
+               "EFA in-order options=${NNF_HAVE_FI_OPT_EFA_IN_ORDER_ALIGNED_128}")

@@ -7,6 +7,7 @@ build_dir=${1:-build}
 shift || true
 
 packages=(g++ cmake ninja-build pkg-config libfabric-dev libfabric-bin libhwloc-dev hwloc
+          libhwloc-plugins  # hwloc reads hand-written XML fixtures only through libxml2
           googletest libgtest-dev libgmock-dev clang valgrind iproute2 procps nftables
           gnuplot-nox)  # fabric-net-perf --plot, exercised by the PerfTool tests
 missing=()

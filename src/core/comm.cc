@@ -4,6 +4,15 @@
 
 namespace nnf::core {
 
+Comm::~Comm() {
+  ref_.magic = CommRef::kMagicClosed;
+  device_.controlArena().release(&control_);
+}
+
+bool Comm::acquireControl() {
+  return control_.data != nullptr || device_.controlArena().acquire(&control_);
+}
+
 void Comm::close() {
   closed_ = true;
   cancelInFlight();

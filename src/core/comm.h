@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/control_arena.h"
 #include "core/operation.h"
 
 namespace nnf::core {
@@ -32,7 +33,7 @@ class Comm {
     ref_.kind = kind;
     ref_.comm = this;
   }
-  virtual ~Comm() { ref_.magic = CommRef::kMagicClosed; }
+  virtual ~Comm();
 
   // The opaque pointer NCCL gets, and the way back from it (nullptr when `handle` is not a live
   // comm: the caller logs).
@@ -66,9 +67,13 @@ class Comm {
   virtual void cancelInFlight() = 0;
   // Cancels and unqueues one operation (helper for cancelInFlight).
   void cancel(Operation& op);
+  // Takes this comm's slot for set-up messages (device lock held); false when none (logged).
+  bool acquireControl();
+  const ControlSlot& control() const { return control_; }
 
  private:
   CommRef ref_;
+  ControlSlot control_;
   Device& device_;
   Kind kind_;
   uint32_t id_;

@@ -7,6 +7,8 @@
 
 #include "core/tags.h"
 #include "log/log.h"
+#include "platform/endpoint_options.h"
+#include "platform/provider_rules.h"
 #include "protocol/sendrecv.h"
 
 namespace nnf::core {
@@ -21,16 +23,22 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
   const fi_info* leader = spec.rails.front();
   localOnly_ = provider_ == "shm" ||
                ((leader->caps & FI_LOCAL_COMM) != 0 && (leader->caps & FI_REMOTE_COMM) == 0);
-  rail_ = std::make_unique<fabric::Rail>(leader, 0);
+  std::string why;
+  if (leader->ep_attr != nullptr &&
+      !platform::tagFormatFits(leader->ep_attr->mem_tag_format, tags::kBitsUsed, &why)) {
+    throw std::runtime_error(why + "; choose another provider with NCCL_FABRIC_PROVIDER");
+  }
+  openRail(leader, spec.rmaRead);
   protocol_ = std::make_unique<protocol::SendRecv>();
   injectLimit_ = config.flag(config::Param::kInject) ? rail_->injectSize() : 0;
   completions_.resize(static_cast<size_t>(config.integer(config::Param::kCqReadCount)));
 
   cuda_ = spec.cuda;
-  rmaRead_ = spec.rmaRead;
   flushSetting_ = memory::flushSettingFromConfig(config);
   registrar_ = std::make_unique<memory::FabricRegistrar>(rail_->domain(), rail_->info(),
                                                          domainLock_, rail_->endpoint());
+  controlArena_ =
+      std::make_unique<ControlArena>(rail_->needsLocalRegistration() ? registrar_.get() : nullptr);
   memory_ = std::make_unique<MemoryRegistry>(
       *registrar_, memory::MrCacheOptions::fromConfig(config), cuda_, properties_.ptrSupport,
       rmaRead_ ? FI_REMOTE_READ : 0, rail_->needsLocalRegistration());
@@ -48,9 +56,35 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
   }
 }
 
+void Device::openRail(const fi_info* leader, bool readFlush) {
+  const platform::ProviderRules& rules = platform::rulesFor(platform::familyOf(provider_));
+  platform::EndpointNeeds needs;
+  needs.hmem = (leader->caps & FI_HMEM) != 0;
+  needs.readFlush = readFlush;
+  std::vector<platform::EndpointOption> options = platform::optionsFor(rules, needs);
+  std::vector<fabric::EndpointSetting> settings;
+  for (const platform::EndpointOption& option : options) {
+    settings.push_back({option.level, option.optname, option.value, 0});
+  }
+  rail_ = std::make_unique<fabric::Rail>(leader, 0, &settings);
+
+  std::vector<platform::OptionResult> results;
+  for (size_t i = 0; i < options.size(); ++i) results.push_back({options[i], settings[i].result});
+  platform::logOptionResults(properties_.name.c_str(), results);
+  platform::OptionVerdict verdict = platform::verdictOf(results);
+  if (verdict.hostMemoryOnly && properties_.ptrSupport != abi::kPtrHost) {
+    properties_.ptrSupport = abi::kPtrHost;
+    NNF_INFO(abi::kLogSubsysInit, "%s: ptrSupport=%d (host memory only)", properties_.name.c_str(),
+             properties_.ptrSupport);
+  }
+  rmaRead_ = readFlush && !verdict.noReadFlush && !verdict.hostMemoryOnly;
+  orderingOk_ = !rules.unorderedDelivery || !verdict.protoSimple;
+}
+
 Device::~Device() {
   // Close the endpoint before the comms whose operations it may still reference.
   if (flushWordHandle_ != nullptr) memory_->deregister(flushWordHandle_);
+  controlArena_->deregisterAll();
   memory_.reset();
   registrar_.reset();
   rail_.reset();

@@ -14,6 +14,7 @@
 #include "abi/nccl_abi.h"
 #include "config/config.h"
 #include "core/comm.h"
+#include "core/control_arena.h"
 #include "core/memory_registry.h"
 #include "core/operation.h"
 #include "fabric/domain_lock.h"
@@ -51,7 +52,9 @@ struct DeviceSpec {
 class Device {
  public:
   // Opens the leader rail's fabric objects (the sendrecv protocol moves data on the leader
-  // only); throws std::runtime_error with the libfabric error text.
+  // only) with the endpoint options the provider's rules ask for (src/platform); throws
+  // std::runtime_error with the libfabric error text, or when the provider cannot match our
+  // tags. A refused option narrows the device (host memory only, no read flush, no LL/LL128).
   Device(int index, const DeviceSpec& spec, const config::Config& config);
   ~Device();
   Device(const Device&) = delete;
@@ -76,6 +79,11 @@ class Device {
   fi_addr_t selfAddress() const { return selfAddress_; }
   // True for providers that only reach processes on this host (shm).
   bool localOnly() const { return localOnly_; }
+  // False when the provider delivers out of order and refused the 128-byte ordering options:
+  // NCCL must then run the Simple protocol.
+  bool orderingOk() const { return orderingOk_; }
+  // Buffers for connection set-up messages (with descriptors where the provider needs them).
+  ControlArena& controlArena() { return *controlArena_; }
 
   // --- everything below: caller holds domainLock() ---
 
@@ -87,6 +95,7 @@ class Device {
   // Sends `op` inline when it fits the provider's inject size and nothing waits in the retry
   // queue: no completion will follow, the send is done on return. kInProgress: use post().
   abi::Result inject(const Operation& op);
+  // Inject copies the buffer with the CPU: callers use it for host memory only.
   size_t injectLimit() const { return injectLimit_; }
 
   // Creates a comm with a fresh id; the device owns it until destroyComm().
@@ -112,6 +121,7 @@ class Device {
   uint64_t nextRegistrationKey() { return nextKey_++; }
 
  private:
+  void openRail(const fi_info* leader, bool readFlush);
   uint32_t allocateId();
   void dispatchError();
   void retryQueued();
@@ -130,6 +140,8 @@ class Device {
   std::unique_ptr<protocol::Protocol> protocol_;
   std::unique_ptr<memory::FabricRegistrar> registrar_;
   std::unique_ptr<MemoryRegistry> memory_;
+  std::unique_ptr<ControlArena> controlArena_;
+  bool orderingOk_ = true;
   const memory::CudaDriver* cuda_ = nullptr;
   bool rmaRead_ = false;
   memory::FlushSetting flushSetting_;

@@ -38,9 +38,10 @@ int64_t speedOf(const fi_info* info, int64_t defaultMbps) {
 
 }  // namespace
 
-std::vector<DeviceSpec> planDevices(const fabric::ProviderChoice& choice,
-                                    const config::Config& config) {
-  std::vector<topology::Nic> nics;
+DevicePlan planDevices(const fabric::ProviderChoice& choice, const config::Config& config,
+                       size_t carryingRails) {
+  DevicePlan result;
+  std::vector<topology::Nic>& nics = result.nics;
   for (const fabric::InfoPtr& info : choice.domains) {
     topology::Nic nic;
     nic.name = info->domain_attr->name;
@@ -51,7 +52,7 @@ std::vector<DeviceSpec> planDevices(const fabric::ProviderChoice& choice,
   topology::RailGroups rails = topology::parseRailGroups(config.string(config::Param::kRails));
 
   // Only NICs with PCI data need the machine's topology.
-  std::optional<topology::Topology> topo;
+  std::optional<topology::Topology>& topo = result.topo;
   bool anyPci = std::any_of(nics.begin(), nics.end(), [](const auto& nic) { return nic.pci; });
   if (anyPci) {
     try {
@@ -61,9 +62,10 @@ std::vector<DeviceSpec> planDevices(const fabric::ProviderChoice& choice,
                error.what());
     }
   }
-  topology::Plan plan = topology::planDevices(nics, topo ? &*topo : nullptr, rails);
+  result.plan = topology::planDevices(nics, topo ? &*topo : nullptr, rails);
+  const topology::Plan& plan = result.plan;
 
-  std::vector<DeviceSpec> specs;
+  std::vector<DeviceSpec>& specs = result.specs;
   for (size_t index = 0; index < plan.devices.size(); ++index) {
     const topology::Device& planned = plan.devices[index];
     DeviceSpec spec;
@@ -76,21 +78,20 @@ std::vector<DeviceSpec> planDevices(const fabric::ProviderChoice& choice,
     props.name = topology::deviceName(planned, nics);
     props.pciPath = topology::devicePciPath(planned, nics, topo ? &*topo : nullptr).value_or("");
     props.guid = topology::deviceGuid(planned, nics, index);
-    props.speedMbps =
-        static_cast<int>(std::min<int64_t>(topology::deviceSpeedMbps(planned, nics), INT_MAX));
+    props.speedMbps = static_cast<int>(
+        std::min<int64_t>(topology::deviceSpeedMbps(planned, nics, carryingRails), INT_MAX));
     props.latencyUs = static_cast<float>(config.integer(config::Param::kDeviceLatencyUs));
     props.maxComms = static_cast<int>(tags::kMaxCommId);
     props.maxRecvs = static_cast<int>(config.integer(config::Param::kMaxRecvs));
     specs.push_back(std::move(spec));
   }
 
-  if (topo && topology::needsNcclTopoFile(plan)) {
-    std::string path = topology::exportNcclTopoFile(plan, nics, *topo, /*gdr=*/false);
-    if (!path.empty()) {
-      NNF_INFO(abi::kLogSubsysInit, "wrote the NIC placement to %s (NCCL_TOPO_FILE)", path.c_str());
-    }
-  }
-  return specs;
+  return result;
+}
+
+void exportTopology(const DevicePlan& plan, bool gdr, size_t carryingRails) {
+  if (!plan.topo) return;
+  topology::exportNcclTopoFile(plan.plan, plan.nics, *plan.topo, gdr, carryingRails);
 }
 
 }  // namespace nnf::core

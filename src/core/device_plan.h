@@ -2,18 +2,32 @@
 // (hwloc), each group one device whose NICs are its rails.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "config/config.h"
 #include "core/device.h"
 #include "fabric/provider.h"
+#include "topology/hwloc_topology.h"
+#include "topology/planner.h"
 
 namespace nnf::core {
 
-// One spec per device, in NCCL device order. Throws config::ConfigError for a malformed
-// NCCL_FABRIC_RAILS. When a device drives several NICs next to a GPU, also writes an NCCL
-// topology file and points NCCL_TOPO_FILE at it (unless the user set one).
-std::vector<DeviceSpec> planDevices(const fabric::ProviderChoice& choice,
-                                    const config::Config& config);
+struct DevicePlan {
+  std::vector<DeviceSpec> specs;  // one per device, in NCCL device order
+  topology::Plan plan;
+  std::vector<topology::Nic> nics;
+  std::optional<topology::Topology> topo;  // only where some NIC has PCI data
+};
+
+// Groups the NICs into devices. Speeds count the first `carryingRails` NICs of a device (what
+// the protocol drives). Throws config::ConfigError for a malformed NCCL_FABRIC_RAILS.
+DevicePlan planDevices(const fabric::ProviderChoice& choice, const config::Config& config,
+                       size_t carryingRails);
+
+// Once the devices are open and ptrSupport is final: where a device carries data on several
+// NICs next to a GPU, gives NCCL a topology file (unless the user set one) whose gdr flag is
+// `gdr`.
+void exportTopology(const DevicePlan& plan, bool gdr, size_t carryingRails);
 
 }  // namespace nnf::core

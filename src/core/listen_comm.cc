@@ -12,12 +12,17 @@ namespace nnf::core {
 ListenComm::ListenComm(Device& device, uint32_t id) : Comm(device, Kind::kListen, id) {
   receive_.owner = this;
   receive_.type = OpType::kRecv;
-  receive_.buffer = buffer_;
-  receive_.length = sizeof(buffer_);
   receive_.tag = tags::control(id, tags::ControlKind::kConnect);
 }
 
+// One byte more than a valid message, so that an oversized one shows up as truncated.
+static_assert(sizeof(wire::ConnectMessage) + 1 <= ControlSlot::kSize);
+
 int ListenComm::start() {
+  if (!acquireControl()) return -FI_ENOMEM;
+  receive_.buffer = control().data;
+  receive_.length = sizeof(wire::ConnectMessage) + 1;
+  receive_.desc = control().desc;
   return postReceive();
 }
 
@@ -39,7 +44,7 @@ void ListenComm::onComplete(Operation& op, size_t length) {
   if (closed()) return;
   wire::ConnectMessage message;
   std::string reason;
-  if (wire::decodeConnectMessage(buffer_, length, id(), &message, &reason)) {
+  if (wire::decodeConnectMessage(control().data, length, id(), &message, &reason)) {
     pending_.push_back(message);
   } else {
     NNF_WARN("dropping a connection request on listener %u: %s", id(), reason.c_str());

@@ -36,8 +36,6 @@ class ListenComm final : public Comm {
   int postReceive();
 
   Operation receive_;
-  // One byte more than a valid message, so that an oversized one shows up as truncated.
-  uint8_t buffer_[sizeof(wire::ConnectMessage) + 1];
   std::deque<wire::ConnectMessage> pending_;
   RecvComm* accepting_ = nullptr;  // owned by the device until handed to NCCL
   abi::Result failure_ = abi::kSuccess;

@@ -57,10 +57,21 @@ abi::Result MemoryRegistry::registerBuffer(void* data, size_t size, int ncclType
     region.access |= gpuAccess_;
     region.type = memory::MemType::kCuda;
     // NCCL passes CUDA buffers with a DMA-BUF fd as NCCL_PTR_CUDA: use the fd when we can.
-    if (ncclType == abi::kPtrDmaBuf || (dmabufFd >= 0 && (ptrSupport_ & abi::kPtrDmaBuf) != 0)) {
-      region.type = memory::MemType::kDmaBuf;
-      region.dmabufFd = dmabufFd;
-      region.dmabufOffset = dmabufOffset;
+    if (!dmaBufRefused_ && dmabufFd >= 0 &&
+        (ncclType == abi::kPtrDmaBuf || (ptrSupport_ & abi::kPtrDmaBuf) != 0)) {
+      memory::Region viaFd = region;
+      viaFd.type = memory::MemType::kDmaBuf;
+      viaFd.dmabufFd = dmabufFd;
+      viaFd.dmabufOffset = dmabufOffset;
+      abi::Result result = acquire(viaFd, ncclType, out);
+      if (result != abi::kSystemError) return result;
+      // The provider or the kernel cannot import it (the probe cannot see every reason): the
+      // same memory registers by address, so fall back once and for good.
+      dmaBufRefused_ = true;
+      NNF_WARN(
+          "DMA-BUF registration refused by the provider (%p, %zu bytes); registering GPU memory "
+          "by address from now on",
+          data, size);
     }
   }
   return acquire(region, ncclType, out);

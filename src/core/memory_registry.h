@@ -3,6 +3,7 @@
 // once and shares between every regMr that falls inside it.
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "abi/nccl_abi.h"
@@ -41,6 +42,7 @@ class MemoryRegistry {
   int ptrSupport_;
   uint64_t gpuAccess_;
   bool hostDescriptors_;
+  std::atomic<bool> dmaBufRefused_{false};  // set by the first refused DMA-BUF registration
 };
 
 }  // namespace nnf::core

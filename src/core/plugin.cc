@@ -9,33 +9,11 @@
 #include "fabric/provider.h"
 #include "log/log.h"
 #include "memory/gdr_policy.h"
+#include "platform/dmabuf_probe.h"
+#include "platform/env_defaults.h"
+#include "platform/provider_rules.h"
 
 namespace nnf::core {
-namespace {
-
-// Recommended EFA settings, applied only where the user has not set them. They must be in the
-// environment before libfabric initialises the efa provider (our first fi_getinfo).
-struct EnvDefault {
-  const char* name;
-  const char* value;
-  const char* why;
-};
-constexpr EnvDefault kEfaDefaults[] = {
-    {"FI_EFA_USE_HUGE_PAGE", "0", "huge-page bounce buffers break fork() and waste memory"},
-    {"FI_EFA_FORK_SAFE", "1", "frameworks fork data-loader workers after init"},
-};
-
-void applyEnvDefaults() {
-  for (const EnvDefault& item : kEfaDefaults) {
-    if (getenv(item.name) != nullptr) continue;
-    setenv(item.name, item.value, 0);
-    NNF_INFO(abi::kLogSubsysInit | abi::kLogSubsysEnv, "setting %s=%s (%s)", item.name, item.value,
-             item.why);
-  }
-}
-
-}  // namespace
-
 // Created when the library loads, so the data path reads a plain pointer; never destroyed:
 // NCCL's proxy threads may still call in while the process exits.
 Plugin* const Plugin::instance_ = new Plugin();
@@ -65,7 +43,8 @@ abi::Result Plugin::init(abi::Logger logger) {
   for (const std::string& line : config_->describe()) {
     NNF_INFO(abi::kLogSubsysInit | abi::kLogSubsysEnv, "%s", line.c_str());
   }
-  applyEnvDefaults();
+  // EFA reads its variables when libfabric initialises it, during our first fi_getinfo.
+  platform::applyEnvDefaults(platform::rulesFor(platform::Family::kEfa));
 
   cuda_.emplace(memory::CudaDriver::fromConfig(*config_));
   NNF_INFO(abi::kLogSubsysInit, "CUDA: %s", cuda_->reason().c_str());
@@ -81,24 +60,40 @@ abi::Result Plugin::init(abi::Logger logger) {
     return initResult_;
   }
   provider_ = choice.provider;
-  std::vector<DeviceSpec> specs;
+  NNF_INFO(abi::kLogSubsysInit, "provider %s: %s rules", provider_.c_str(),
+           platform::familyName(platform::familyOf(provider_)));
+  // The sendrecv protocol moves data on each device's leader NIC only.
+  constexpr size_t kCarryingRails = 1;
+  DevicePlan plan;
   try {
-    specs = planDevices(choice, *config_);
+    plan = planDevices(choice, *config_, kCarryingRails);
   } catch (const config::ConfigError& error) {
     NNF_WARN("invalid configuration: %s", error.what());
     initResult_ = abi::kInvalidUsage;
     return initResult_;
   }
-  memory::PtrSupport ptrSupport = memory::decidePtrSupport(
-      {choice.hmem, cuda_->available(), NNF_HAVE_FI_MR_DMABUF != 0, gdrMode});
+
+  // Pointer support before the devices open; a device narrows it when its provider refuses an
+  // option GPU buffers depend on (Device::openRail).
+  platform::DmaBufInputs dmaBufInputs;
+  dmaBufInputs.builtWithDmaBuf = NNF_HAVE_FI_MR_DMABUF != 0;
+  dmaBufInputs.runtimeFiVersion = fi_version();
+  dmaBufInputs.providerHmem = choice.hmem;
+  dmaBufInputs.cudaDmaBufSupported = cuda_->dmaBufSupported(0);
+  dmaBufInputs.kernel = platform::runningKernel();
+  dmaBufInputs.disabled = config_->string(config::Param::kDmaBuf) == "off";
+  platform::DmaBufDecision dmaBuf = platform::decideDmaBuf(dmaBufInputs);
+  NNF_INFO(abi::kLogSubsysInit, "memory: %s", dmaBuf.reason.c_str());
+  memory::PtrSupport ptrSupport =
+      memory::decidePtrSupport({choice.hmem, cuda_->available(), dmaBuf.use, gdrMode});
   NNF_INFO(abi::kLogSubsysInit, "memory: ptrSupport=%d (%s)", ptrSupport.bits,
            ptrSupport.reason.c_str());
-  for (DeviceSpec& spec : specs) {
+  for (DeviceSpec& spec : plan.specs) {
     spec.properties.ptrSupport = ptrSupport.bits;
     spec.cuda = cuda_->available() ? &*cuda_ : nullptr;
     spec.rmaRead = choice.rmaRead && (ptrSupport.bits & abi::kPtrCuda) != 0;
   }
-  for (const DeviceSpec& spec : specs) {
+  for (const DeviceSpec& spec : plan.specs) {
     try {
       devices_.push_back(
           std::make_unique<Device>(static_cast<int>(devices_.size()), spec, *config_));
@@ -111,6 +106,15 @@ abi::Result Plugin::init(abi::Logger logger) {
     initResult_ = abi::kSystemError;
     return initResult_;
   }
+  // What the open devices really offer decides the rest: LL/LL128 and the topology file's gdr.
+  bool orderingOk = true;
+  bool gdr = true;
+  for (const auto& device : devices_) {
+    orderingOk = orderingOk && device->orderingOk();
+    gdr = gdr && (device->properties().ptrSupport & abi::kPtrCuda) != 0;
+  }
+  platform::applyProto(platform::decideProto(orderingOk, getenv("NCCL_PROTO")));
+  exportTopology(plan, gdr, kCarryingRails);
   NNF_INFO(abi::kLogSubsysInit, "using provider %s (version %u.%u), protocol %s, %zu device(s)",
            provider_.c_str(), FI_MAJOR(choice.providerVersion), FI_MINOR(choice.providerVersion),
            devices_.front()->protocol().name(), devices_.size());
@@ -120,10 +124,12 @@ abi::Result Plugin::init(abi::Logger logger) {
     for (const std::string& rail : device->railNames()) rails += (rails.empty() ? "" : ",") + rail;
     std::string gpus;
     for (const std::string& gpu : device->gpus()) gpus += (gpus.empty() ? "" : ",") + gpu;
-    NNF_INFO(
-        abi::kLogSubsysInit, "device %d: %s rails=%s gpus=%s pci=%s speed=%d Mbps maxRecvs=%d",
-        device->index(), props.name.c_str(), rails.c_str(), gpus.empty() ? "none" : gpus.c_str(),
-        props.pciPath.empty() ? "none" : props.pciPath.c_str(), props.speedMbps, props.maxRecvs);
+    NNF_INFO(abi::kLogSubsysInit,
+             "device %d: %s rails=%s gpus=%s pci=%s speed=%d Mbps maxRecvs=%d ptrSupport=%d",
+             device->index(), props.name.c_str(), rails.c_str(),
+             gpus.empty() ? "none" : gpus.c_str(),
+             props.pciPath.empty() ? "none" : props.pciPath.c_str(), props.speedMbps,
+             props.maxRecvs, props.ptrSupport);
   }
   initResult_ = abi::kSuccess;
   return initResult_;

@@ -1,5 +1,7 @@
 #include "core/recv_comm.h"
 
+#include <cstring>
+
 #include "core/device.h"
 #include "core/tags.h"
 #include "log/log.h"
@@ -22,9 +24,12 @@ abi::Result RecvComm::start(const wire::ConnectMessage& request) {
   setPeerIdentity(request.pid, request.hostId);
   abi::Result result = startLiveness();
   if (result != abi::kSuccess) return result;
-  acceptMessage_ = wire::makeAcceptMessage(id(), request.senderCommId);
-  acceptSend_.buffer = &acceptMessage_;
-  acceptSend_.length = sizeof(acceptMessage_);
+  if (!acquireControl()) return abi::kSystemError;
+  wire::AcceptMessage message = wire::makeAcceptMessage(id(), request.senderCommId);
+  memcpy(control().data, &message, sizeof(message));
+  acceptSend_.buffer = control().data;
+  acceptSend_.length = sizeof(message);
+  acceptSend_.desc = control().desc;
   acceptSend_.peer = peer_;
   acceptSend_.tag = tags::control(request.senderCommId, tags::ControlKind::kAccept);
   return device().post(acceptSend_);

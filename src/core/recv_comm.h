@@ -28,7 +28,6 @@ class RecvComm final : public DataComm {
   State state_ = State::kAccepting;
   size_t maxRecvs_;
   Operation acceptSend_;
-  wire::AcceptMessage acceptMessage_{};
 };
 
 }  // namespace nnf::core

@@ -1,5 +1,6 @@
 #include "core/send_comm.h"
 
+#include <cstring>
 #include <random>
 
 #include "core/device.h"
@@ -7,6 +8,8 @@
 #include "log/log.h"
 
 namespace nnf::core {
+
+static_assert(sizeof(wire::ConnectMessage) + sizeof(wire::AcceptMessage) + 1 <= ControlSlot::kSize);
 
 SendComm::SendComm(Device& device, uint32_t id, size_t maxRecvs)
     : DataComm(device, Kind::kSend, id, abi::kMaxRequests * maxRecvs, 1) {
@@ -26,8 +29,14 @@ abi::Result SendComm::start(const wire::ListenHandle& handle) {
     NNF_WARN("cannot add the listener's address from the handle: %s", fi_strerror(-ret));
     return abi::kSystemError;
   }
-  acceptReceive_.buffer = acceptBuffer_;
-  acceptReceive_.length = sizeof(acceptBuffer_);
+  if (!acquireControl()) return abi::kSystemError;
+  // The slot holds the outgoing connect message, then room for the accept message (one byte
+  // more than a valid one, so that an oversized one shows up as truncated).
+  uint8_t* connectBuffer = control().data;
+  uint8_t* acceptBuffer = connectBuffer + sizeof(wire::ConnectMessage);
+  acceptReceive_.buffer = acceptBuffer;
+  acceptReceive_.length = sizeof(wire::AcceptMessage) + 1;
+  acceptReceive_.desc = control().desc;
   acceptReceive_.tag = tags::control(id(), tags::ControlKind::kAccept);
   abi::Result result = device().post(acceptReceive_);
   if (result != abi::kSuccess) return result;
@@ -35,10 +44,12 @@ abi::Result SendComm::start(const wire::ListenHandle& handle) {
   if (result != abi::kSuccess) return result;
 
   const auto& address = device().rail().address();
-  connectMessage_ =
+  wire::ConnectMessage message =
       wire::makeConnectMessage(id(), handle.listenerId, address.data(), address.size());
-  connectSend_.buffer = &connectMessage_;
-  connectSend_.length = sizeof(connectMessage_);
+  memcpy(connectBuffer, &message, sizeof(message));
+  connectSend_.buffer = connectBuffer;
+  connectSend_.length = sizeof(message);
+  connectSend_.desc = control().desc;
   connectSend_.peer = peer_;
   connectSend_.tag = tags::control(handle.listenerId, tags::ControlKind::kConnect);
   return device().post(connectSend_);
@@ -51,7 +62,8 @@ void SendComm::onControlComplete(Operation& op, size_t length) {
   } else {
     wire::AcceptMessage message;
     std::string reason;
-    if (!wire::decodeAcceptMessage(acceptBuffer_, length, id(), &message, &reason)) {
+    if (!wire::decodeAcceptMessage(control().data + sizeof(wire::ConnectMessage), length, id(),
+                                   &message, &reason)) {
       NNF_WARN("connection of comm %u failed: invalid accept message: %s", id(), reason.c_str());
       state_ = State::kFailed;
       return;

@@ -39,8 +39,6 @@ class SendComm final : public DataComm {
   bool acceptReceived_ = false;
   Operation connectSend_;
   Operation acceptReceive_;
-  wire::ConnectMessage connectMessage_{};
-  uint8_t acceptBuffer_[sizeof(wire::AcceptMessage) + 1];
 };
 
 }  // namespace nnf::core

@@ -20,6 +20,8 @@ constexpr uint32_t kMaxCommId = (1u << kCommIdBits) - 1;
 constexpr uint32_t kSeqMask = (1u << kSeqBits) - 1;
 
 constexpr uint64_t kControlBit = uint64_t{1} << 63;
+// Every bit of the tag carries meaning: the provider must match all 64 (mem_tag_format).
+constexpr uint64_t kBitsUsed = ~uint64_t{0};
 constexpr int kCommIdShift = 45;
 constexpr int kSeqShift = 32;
 

@@ -51,7 +51,8 @@ void nameShmEndpoint(fid_ep* ep, const fi_info* info) {
 
 }  // namespace
 
-Rail::Rail(const fi_info* info, size_t cqSize) : info_(fi_dupinfo(info)) {
+Rail::Rail(const fi_info* info, size_t cqSize, std::vector<EndpointSetting>* settings)
+    : info_(fi_dupinfo(info)) {
   if (!info_) throw std::runtime_error("fi_dupinfo failed");
   int ret = fi_fabric(info_->fabric_attr, fabric_.out(), nullptr);
   if (ret != 0) fail("fi_fabric", ret, info_.get());
@@ -77,6 +78,12 @@ Rail::Rail(const fi_info* info, size_t cqSize) : info_(fi_dupinfo(info)) {
   ret = fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV);
   if (ret != 0) fail("fi_ep_bind(cq)", ret, info_.get());
   nameShmEndpoint(ep_.get(), info_.get());
+  if (settings != nullptr) {
+    for (EndpointSetting& setting : *settings) {
+      bool value = setting.value;
+      setting.result = fi_setopt(&ep_->fid, setting.level, setting.name, &value, sizeof(value));
+    }
+  }
   ret = fi_enable(ep_.get());
   if (ret != 0) fail("fi_enable", ret, info_.get());
 

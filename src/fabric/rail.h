@@ -18,10 +18,20 @@
 
 namespace nnf::fabric {
 
+// A boolean endpoint option set before fi_enable; `result` receives fi_setopt's answer.
+struct EndpointSetting {
+  int level = 0;
+  int name = 0;
+  bool value = false;
+  int result = 0;
+};
+
 class Rail {
  public:
-  // `info` is copied; `cqSize` sizes the completion queue (0: provider default).
-  Rail(const fi_info* info, size_t cqSize);
+  // `info` is copied; `cqSize` sizes the completion queue (0: provider default). `settings`
+  // (may be null) are applied before the endpoint is enabled, where providers read them; each
+  // one's result is recorded, a refusal is not an error here.
+  Rail(const fi_info* info, size_t cqSize, std::vector<EndpointSetting>* settings = nullptr);
   ~Rail();
   Rail(const Rail&) = delete;
   Rail& operator=(const Rail&) = delete;

@@ -24,6 +24,8 @@ CudaDriver::CudaDriver(const std::string& path)
   // Optional: older drivers lack them, and only DMA-BUF export / the CUDA flush need them.
   getHandle_ = reinterpret_cast<GetHandleFn>(dlsym(library_, "cuMemGetHandleForAddressRange"));
   flush_ = reinterpret_cast<FlushFn>(dlsym(library_, "cuFlushGPUDirectRDMAWrites"));
+  deviceGet_ = reinterpret_cast<DeviceGetFn>(dlsym(library_, "cuDeviceGet"));
+  deviceAttr_ = reinterpret_cast<DeviceAttrFn>(dlsym(library_, "cuDeviceGetAttribute"));
   if (init == nullptr || version == nullptr || pointerAttr_ == nullptr) {
     reason_ =
         path_ + " lacks cuInit, cuDriverGetVersion or cuPointerGetAttribute: host memory only";
@@ -54,7 +56,9 @@ CudaDriver::CudaDriver(CudaDriver&& other) noexcept
       version_(other.version_),
       pointerAttr_(std::exchange(other.pointerAttr_, nullptr)),
       getHandle_(std::exchange(other.getHandle_, nullptr)),
-      flush_(std::exchange(other.flush_, nullptr)) {}
+      flush_(std::exchange(other.flush_, nullptr)),
+      deviceGet_(std::exchange(other.deviceGet_, nullptr)),
+      deviceAttr_(std::exchange(other.deviceAttr_, nullptr)) {}
 
 CudaDriver::~CudaDriver() {
   // The driver is never unloaded: CUDA registers process-wide state (atexit handlers, threads)
@@ -83,6 +87,17 @@ cu::Result CudaDriver::dmaBufFd(const void* ptr, size_t size, int* fd) const {
   if (!available_ || getHandle_ == nullptr) return cu::kErrorInvalidValue;
   return getHandle_(fd, reinterpret_cast<cu::DevicePtr>(ptr), size, cu::kRangeHandleTypeDmaBufFd,
                     0);
+}
+
+bool CudaDriver::dmaBufSupported(int ordinal) const {
+  if (!available_ || getHandle_ == nullptr || deviceGet_ == nullptr || deviceAttr_ == nullptr)
+    return false;
+  int device = 0;
+  int supported = 0;
+  if (deviceGet_(&device, ordinal) != cu::kSuccess) return false;
+  if (deviceAttr_(&supported, cu::kDeviceAttributeDmaBufSupported, device) != cu::kSuccess)
+    return false;
+  return supported != 0;
 }
 
 cu::Result CudaDriver::flushGdrWrites() const {

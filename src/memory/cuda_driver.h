@@ -26,6 +26,7 @@ constexpr unsigned kMemoryTypeDevice = 2;          // CU_MEMORYTYPE_DEVICE
 constexpr int kRangeHandleTypeDmaBufFd = 1;        // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
 constexpr int kFlushTargetCurrentCtx = 0;  // CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX
 constexpr int kFlushToOwner = 100;         // CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER
+constexpr int kDeviceAttributeDmaBufSupported = 124;  // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
 }  // namespace cu
 
 struct PointerInfo {
@@ -52,6 +53,8 @@ class CudaDriver {
   int driverVersion() const { return version_; }  // e.g. 12040; 0 when unavailable
   bool hasDmaBufExport() const { return getHandle_ != nullptr; }
   bool hasFlush() const { return flush_ != nullptr; }
+  // Whether device `ordinal` reports DMA-BUF support (false when the driver cannot say).
+  bool dmaBufSupported(int ordinal) const;
 
   // Classifies a pointer. Memory CUDA does not know (plain malloc) is host memory; 0 or the
   // driver's error code.
@@ -67,6 +70,8 @@ class CudaDriver {
   using PointerAttrFn = cu::Result (*)(void*, int, cu::DevicePtr);
   using GetHandleFn = cu::Result (*)(void*, cu::DevicePtr, size_t, int, unsigned long long);
   using FlushFn = cu::Result (*)(int, int);
+  using DeviceGetFn = cu::Result (*)(int*, int);
+  using DeviceAttrFn = cu::Result (*)(int*, int, int);
 
   void* library_ = nullptr;
   bool available_ = false;
@@ -76,6 +81,8 @@ class CudaDriver {
   PointerAttrFn pointerAttr_ = nullptr;
   GetHandleFn getHandle_ = nullptr;
   FlushFn flush_ = nullptr;
+  DeviceGetFn deviceGet_ = nullptr;
+  DeviceAttrFn deviceAttr_ = nullptr;
 };
 
 }  // namespace nnf::memory

@@ -14,6 +14,12 @@ namespace {
 constexpr uint64_t kBasicBits = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
 
 void warnRefused(const Region& region, const char* what, int rc) {
+  // A refused DMA-BUF registration is retried by address; the caller warns once for both.
+  if (region.type == MemType::kDmaBuf) {
+    NNF_INFO(abi::kLogSubsysNet, "DMA-BUF registration of %p (%zu bytes) refused: %s: %s (%d)",
+             region.base, region.length, what, fi_strerror(-rc), rc);
+    return;
+  }
   NNF_WARN("Memory registration refused: %s buffer %p, %zu bytes, device %d: %s: %s (%d)",
            memTypeName(region.type), region.base, region.length, region.device, what,
            fi_strerror(-rc), rc);
@@ -80,6 +86,16 @@ void FabricRegistrar::returnKey(uint64_t key) {
 }
 
 int FabricRegistrar::registerRegion(const Region& region, Registration* out) {
+  std::lock_guard<fabric::DomainLock> guard(lock_);
+  return registerLocked(region, out);
+}
+
+int FabricRegistrar::deregister(Registration& registration) {
+  std::lock_guard<fabric::DomainLock> guard(lock_);
+  return deregisterLocked(registration);
+}
+
+int FabricRegistrar::registerLocked(const Region& region, Registration* out) {
   int rc = checkRegion(region);
   if (rc != 0) {
     warnRefused(region,
@@ -110,13 +126,14 @@ int FabricRegistrar::registerRegion(const Region& region, Registration* out) {
     dmabuf.fd = region.dmabufFd;
     dmabuf.offset = region.dmabufOffset;
     dmabuf.len = region.length;
-    dmabuf.base_addr = const_cast<void*>(region.base);
+    // base_addr is where the whole DMA-BUF starts; the registration begins `offset` into it.
+    dmabuf.base_addr =
+        const_cast<char*>(static_cast<const char*>(region.base)) - region.dmabufOffset;
     attr.dmabuf = &dmabuf;
     flags |= FI_MR_DMABUF;
   }
 #endif
 
-  std::lock_guard<fabric::DomainLock> guard(lock_);
   uint64_t key = 0;
   if (!providerKeys()) {
     rc = takeKey(&key);
@@ -160,10 +177,9 @@ int FabricRegistrar::registerRegion(const Region& region, Registration* out) {
   return 0;
 }
 
-int FabricRegistrar::deregister(Registration& registration) {
+int FabricRegistrar::deregisterLocked(Registration& registration) {
   auto* mr = static_cast<fid_mr*>(registration.provider);
   if (mr == nullptr) return -FI_EINVAL;
-  std::lock_guard<fabric::DomainLock> guard(lock_);
   int rc = fi_close(&mr->fid);
   if (rc != 0) {
     NNF_WARN("Memory deregistration of %p (%zu bytes) failed: %s (%d)", registration.base,

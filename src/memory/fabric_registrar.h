@@ -27,6 +27,10 @@ class FabricRegistrar : public Registrar {
   // Caller must not hold domainLock (we take it).
   int registerRegion(const Region& region, Registration* out) override;
   int deregister(Registration& registration) override;
+  // The same for callers that already hold domainLock (connection set-up registers its control
+  // buffers under the device lock).
+  int registerLocked(const Region& region, Registration* out);
+  int deregisterLocked(Registration& registration);
 
   void bindEndpoint(fid_ep* endpoint) { endpoint_ = endpoint; }
 

@@ -27,11 +27,11 @@ PtrSupport decidePtrSupport(const PtrSupportInputs& inputs) {
     result.reason = "GPUDirect RDMA unavailable: the CUDA driver is not usable";
   } else {
     result.bits |= abi::kPtrCuda;
-    if (inputs.builtWithDmaBuf) {
+    if (inputs.dmaBuf) {
       result.bits |= abi::kPtrDmaBuf;
       result.reason = "GPUDirect RDMA on: CUDA buffers and DMA-BUF";
     } else {
-      result.reason = "GPUDirect RDMA on: CUDA buffers (this libfabric lacks FI_MR_DMABUF)";
+      result.reason = "GPUDirect RDMA on: CUDA buffers registered by address (no DMA-BUF)";
     }
   }
   return result;

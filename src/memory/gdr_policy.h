@@ -22,7 +22,7 @@ FlushSetting flushSettingFromConfig(const config::Config& config);
 struct PtrSupportInputs {
   bool providerHmem = false;      // the provider's fi_info carries FI_HMEM
   bool cudaUsable = false;        // CudaDriver::available()
-  bool builtWithDmaBuf = false;   // NNF_HAVE_FI_MR_DMABUF
+  bool dmaBuf = false;            // DMA-BUF registration can work here (platform::decideDmaBuf)
   GdrMode mode = GdrMode::kAuto;  // NCCL_FABRIC_GDR
 };
 

@@ -36,7 +36,9 @@ abi::Result SendRecv::postSend(core::SendComm& comm, core::Request& request, voi
   op.peer = comm.peer();
   op.tag = core::tags::data(comm.remoteId(), seq, tag);
   core::Device& device = comm.device();
-  if (size <= device.injectLimit()) {
+  // Inject copies the bytes with the CPU (EFA emulates it so): never from device memory.
+  bool hostBuffer = handle == nullptr || handle->type == memory::MemType::kHost;
+  if (size <= device.injectLimit() && hostBuffer) {
     // Small sends go inline: no completion to wait for, the request is done already.
     abi::Result result = device.inject(op);
     if (result == abi::kSuccess) {

@@ -1,5 +1,7 @@
 #include "topology/device_props.h"
 
+#include <algorithm>
+
 #include <sys/stat.h>
 #include <climits>
 #include <cstdio>
@@ -56,9 +58,10 @@ std::optional<std::string> devicePciPath(const Device& device, const std::vector
   return sysfsPciPath(*leader.pci, topo, sysRoot);
 }
 
-int64_t deviceSpeedMbps(const Device& device, const std::vector<Nic>& nics) {
+int64_t deviceSpeedMbps(const Device& device, const std::vector<Nic>& nics, size_t carryingRails) {
   int64_t sum = 0;
-  for (size_t nic : device.nics) sum += nics.at(nic).speedMbps;
+  size_t count = std::min(carryingRails, device.nics.size());
+  for (size_t i = 0; i < count; ++i) sum += nics.at(device.nics[i]).speedMbps;
   return sum;
 }
 

@@ -26,8 +26,9 @@ std::string sysfsPciPath(const PciAddress& addr, const Topology* topo,
 std::optional<std::string> devicePciPath(const Device& device, const std::vector<Nic>& nics,
                                          const Topology* topo, const std::string& sysRoot = "/sys");
 
-// Sum of the rails' speeds in Mbps.
-int64_t deviceSpeedMbps(const Device& device, const std::vector<Nic>& nics);
+// Speed in Mbps of the rails that carry data: the first `carryingRails` of the device (the
+// protocol says how many it drives; the sendrecv protocol drives the leader only).
+int64_t deviceSpeedMbps(const Device& device, const std::vector<Nic>& nics, size_t carryingRails);
 
 // The leader's name ("rdmap79s0"); the device's name in NCCL's logs and topology XML.
 const std::string& deviceName(const Device& device, const std::vector<Nic>& nics);

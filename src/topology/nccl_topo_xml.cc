@@ -1,10 +1,14 @@
 #include "topology/nccl_topo_xml.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -14,6 +18,8 @@
 
 namespace nnf::topology {
 namespace {
+
+constexpr const char* kSelfFd = "/proc/self/fd/";
 
 // NCCL's reading of each link speed string, in Gb/s per lane (its table counts 100 Mbps units:
 // 15, 30, 60, 120, 240, 480); a link is worth that times its width.
@@ -67,14 +73,14 @@ struct Container {
 
 }  // namespace
 
-bool needsNcclTopoFile(const Plan& plan) {
+bool needsNcclTopoFile(const Plan& plan, size_t carryingRails) {
   for (const Device& device : plan.devices)
-    if (!device.gpus.empty() && device.nics.size() > 1) return true;
+    if (!device.gpus.empty() && std::min(device.nics.size(), carryingRails) > 1) return true;
   return false;
 }
 
 std::string ncclTopoXml(const Plan& plan, const std::vector<Nic>& nics, const Topology& topo,
-                        bool gdr) {
+                        bool gdr, size_t carryingRails) {
   // numaid -> switch (nullptr: directly under the CPU) -> children.
   std::map<int, std::map<hwloc_obj_t, Container>> cpus;
   for (size_t index = 0; index < plan.devices.size(); ++index) {
@@ -93,14 +99,14 @@ std::string ncclTopoXml(const Plan& plan, const std::vector<Nic>& nics, const To
         box.lines.push_back("<pci " + pciAttrs(gpuObj) + "/>");
     }
 
-    int64_t speed = deviceSpeedMbps(device, nics);
+    int64_t speed = deviceSpeedMbps(device, nics, carryingRails);
     char net[512];
     snprintf(net, sizeof(net),
              "<nic><net name=\"%s\" dev=\"%zu\" speed=\"%" PRId64 "\" port=\"1\" guid=\"0x%" PRIx64
              "\" gdr=\"%d\"/></nic>",
              leader.name.c_str(), index, speed, deviceGuid(device, nics, index), gdr ? 1 : 0);
     std::string open = "<pci " + pciAttrs(nicObj);
-    if (device.nics.size() > 1) {
+    if (std::min(device.nics.size(), carryingRails) > 1) {
       auto link = linkFor(speed);
       open += " link_speed=\"" + std::string(link.first) + "\" link_width=\"" +
               std::to_string(link.second) + "\"";
@@ -134,8 +140,8 @@ std::string ncclTopoXml(const Plan& plan, const std::vector<Nic>& nics, const To
 }
 
 void writeNcclTopoFile(const std::string& path, const Plan& plan, const std::vector<Nic>& nics,
-                       const Topology& topo, bool gdr) {
-  std::string xml = ncclTopoXml(plan, nics, topo, gdr);
+                       const Topology& topo, bool gdr, size_t carryingRails) {
+  std::string xml = ncclTopoXml(plan, nics, topo, gdr, carryingRails);
   std::ofstream out(path, std::ios::trunc);
   out << xml;
   out.close();
@@ -143,23 +149,36 @@ void writeNcclTopoFile(const std::string& path, const Plan& plan, const std::vec
 }
 
 std::string exportNcclTopoFile(const Plan& plan, const std::vector<Nic>& nics, const Topology& topo,
-                               bool gdr, const std::string& dir) {
-  if (!needsNcclTopoFile(plan)) return "";
+                               bool gdr, size_t carryingRails) {
+  if (!needsNcclTopoFile(plan, carryingRails)) return "";
   const char* user = getenv("NCCL_TOPO_FILE");
-  if (user != nullptr && user[0] != '\0') {
+  bool inheritedStale =
+      user != nullptr && strncmp(user, kSelfFd, strlen(kSelfFd)) == 0 && access(user, R_OK) != 0;
+  if (user != nullptr && user[0] != '\0' && !inheritedStale) {
     NNF_INFO(abi::kLogSubsysInit, "NCCL_TOPO_FILE=%s set by the user; not writing our own", user);
     return "";
   }
-  std::string path = dir + "/nccl-net-fabric-topo-" + std::to_string(getpid()) + ".xml";
-  try {
-    writeNcclTopoFile(path, plan, nics, topo, gdr);
-  } catch (const TopologyError& e) {
-    NNF_WARN("%s; NCCL will see each device as its leader NIC's PCIe link", e.what());
+  std::string xml = ncclTopoXml(plan, nics, topo, gdr, carryingRails);
+  // Not close-on-exec: a child that execs keeps the file its inherited variable names.
+  int fd = memfd_create("nccl-net-fabric-topo.xml", 0);
+  size_t written = 0;
+  while (fd >= 0 && written < xml.size()) {
+    ssize_t n = write(fd, xml.data() + written, xml.size() - written);
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+  if (fd < 0 || written != xml.size()) {
+    NNF_WARN(
+        "could not write the NCCL topology file (%s); NCCL will see each device as its "
+        "leader NIC's PCIe link",
+        strerror(errno));
+    if (fd >= 0) close(fd);
     return "";
   }
-  setenv("NCCL_TOPO_FILE", path.c_str(), 0);
-  NNF_INFO(abi::kLogSubsysInit, "NCCL_TOPO_FILE=%s (multi-NIC devices placed for NCCL)",
-           path.c_str());
+  std::string path = kSelfFd + std::to_string(fd);
+  setenv("NCCL_TOPO_FILE", path.c_str(), 1);
+  NNF_INFO(abi::kLogSubsysInit, "NCCL_TOPO_FILE=%s (multi-NIC devices placed for NCCL, gdr=%d)",
+           path.c_str(), gdr ? 1 : 0);
   return path;
 }
 

@@ -22,6 +22,7 @@ std::vector<Range> g_ranges;
 std::atomic<int> g_initResult{0};
 std::atomic<int> g_flushes{0};
 std::atomic<int> g_exports{0};
+std::atomic<int> g_dmaBufSupported{1};
 
 // Values as in cuda.h.
 constexpr int kSuccess = 0;
@@ -58,12 +59,18 @@ __attribute__((visibility("default"))) void nnfFakeCudaReset() {
   g_initResult = 0;
   g_flushes = 0;
   g_exports = 0;
+  g_dmaBufSupported = 1;
   g_initialized = false;
 }
 
 // Makes the next cuInit return `result` (100 = CUDA_ERROR_NO_DEVICE).
 __attribute__((visibility("default"))) void nnfFakeCudaSetInitResult(int result) {
   g_initResult = result;
+}
+
+// What CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED answers (1 unless told otherwise).
+__attribute__((visibility("default"))) void nnfFakeCudaSetDmaBufSupported(int supported) {
+  g_dmaBufSupported = supported;
 }
 
 __attribute__((visibility("default"))) int nnfFakeCudaFlushCount() {
@@ -104,6 +111,23 @@ __attribute__((visibility("default"))) int cuPointerGetAttribute(void* data, int
     default:
       return kInvalidValue;
   }
+}
+
+__attribute__((visibility("default"))) int cuDeviceGet(int* device, int ordinal) {
+  if (device == nullptr || ordinal < 0) return kInvalidValue;
+  if (!g_initialized) return kNotInitialized;
+  *device = ordinal;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int cuDeviceGetAttribute(int* value, int attribute,
+                                                                int device) {
+  constexpr int kAttrDmaBufSupported = 124;
+  if (value == nullptr || device < 0) return kInvalidValue;
+  if (!g_initialized) return kNotInitialized;
+  if (attribute != kAttrDmaBufSupported) return kInvalidValue;
+  *value = g_dmaBufSupported;
+  return kSuccess;
 }
 
 // Hands out a real descriptor (of /dev/null) so callers can close it like a DMA-BUF fd.

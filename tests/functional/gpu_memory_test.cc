@@ -6,6 +6,8 @@
 // CUDA dependency.
 #include <dlfcn.h>
 #include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <unistd.h>
 
@@ -148,11 +150,49 @@ TEST_F(GpuMemory, HostOnlyProviderAdvertisesHostMemoryOnlyEvenWithCuda) {
   });
 }
 
+// What the provider itself answers, asked with raw libfabric: does it offer FI_HMEM, and does
+// its endpoint accept FI_OPT_CUDA_API_PERMITTED=false (10, as in libfabric 2.x)? Only then may
+// the plugin offer GPU buffers (NCCL's proxy thread must not make CUDA calls in the provider).
+enum class HmemSupport { kNone, kWithoutCudaControl, kWithCudaControl };
+
+HmemSupport probeHmem(const std::string& provider) {
+  fi_info* hints = fi_allocinfo();
+  hints->caps = FI_TAGGED | FI_SEND | FI_RECV | FI_HMEM;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->mr_mode =
+      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_HMEM;
+  hints->fabric_attr->prov_name = strdup(provider.c_str());
+  fi_info* info = nullptr;
+  int rc =
+      fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints, &info);
+  fi_freeinfo(hints);
+  if (rc != 0 || info == nullptr) return HmemSupport::kNone;
+  HmemSupport result = HmemSupport::kWithoutCudaControl;
+  fid_fabric* fabric = nullptr;
+  fid_domain* domain = nullptr;
+  fid_ep* ep = nullptr;
+  if (fi_fabric(info->fabric_attr, &fabric, nullptr) == 0 &&
+      fi_domain(fabric, info, &domain, nullptr) == 0 &&
+      fi_endpoint(domain, info, &ep, nullptr) == 0) {
+    bool permitted = false;
+    if (fi_setopt(&ep->fid, FI_OPT_ENDPOINT, 10, &permitted, sizeof(permitted)) == 0)
+      result = HmemSupport::kWithCudaControl;
+  }
+  if (ep != nullptr) fi_close(&ep->fid);
+  if (domain != nullptr) fi_close(&domain->fid);
+  if (fabric != nullptr) fi_close(&fabric->fid);
+  fi_freeinfo(info);
+  return result;
+}
+
 void shmRefusesCuda(const std::string& fake);
 
-// (b) shm offers FI_HMEM: CUDA is advertised; libfabric (built without CUDA) refuses the
-// registration; host memory still registers and moves data.
-TEST_F(GpuMemory, ShmAdvertisesCudaRefusesFakeDeviceMemoryAndStillMovesHostData) {
+// (b) shm offers FI_HMEM. Where its endpoint cannot be told to make no CUDA calls (libfabric
+// 1.17), the plugin offers host memory only, with one WARN naming the option; where it can, CUDA
+// is advertised and libfabric (built without CUDA here) refuses the fake device memory. Host
+// memory registers and moves data either way.
+TEST_F(GpuMemory, ShmOffersCudaOnlyWithCudaCallsForbiddenAndStillMovesHostData) {
   ScopedEnv env;
   useFake(env);
   std::string fake = fake_;
@@ -161,10 +201,20 @@ TEST_F(GpuMemory, ShmAdvertisesCudaRefusesFakeDeviceMemoryAndStillMovesHostData)
 }
 
 void shmRefusesCuda(const std::string& fake) {
+  HmemSupport support = probeHmem("shm");
+  std::cerr << "shm FI_HMEM support: " << static_cast<int>(support) << "\n";
+  bool cuda = support == HmemSupport::kWithCudaControl;
+  int initWarnings = support == HmemSupport::kWithoutCudaControl ? 1 : 0;
   constexpr size_t kSize = 256 << 10;
   auto sender = [&](Peer& peer) {
     EXPECT_EQ(peer.props.ptrSupport & (abi::kPtrHost | abi::kPtrCuda),
-              abi::kPtrHost | abi::kPtrCuda);
+              abi::kPtrHost | (cuda ? abi::kPtrCuda : 0));
+    EXPECT_EQ(peer.warnings(), initWarnings);
+    if (initWarnings > 0) {
+      EXPECT_NE(peer.warningTexts()[0].find("FI_OPT_CUDA_API_PERMITTED"), std::string::npos);
+      EXPECT_NE(peer.warningTexts()[0].find("host memory only"), std::string::npos);
+    }
+    peer.resetWarnings();
     void* comm;
     ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
     HostBuffer buffer(kSize);
@@ -182,7 +232,7 @@ void shmRefusesCuda(const std::string& fake) {
   };
   auto receiver = [&](Peer& peer) {
     EXPECT_EQ(peer.props.ptrSupport & (abi::kPtrHost | abi::kPtrCuda),
-              abi::kPtrHost | abi::kPtrCuda);
+              abi::kPtrHost | (cuda ? abi::kPtrCuda : 0));
     FakeControls controls;
     ASSERT_NO_FATAL_FAILURE(openFake(fake, &controls));
     void *listen, *comm;
@@ -197,17 +247,25 @@ void shmRefusesCuda(const std::string& fake) {
     std::vector<std::string> warnings = peer.warningTexts();
     ASSERT_EQ(warnings.size(), 1u) << "exactly one WARN for the refused registration";
     const std::string& text = warnings[0];
+    if (!cuda) {
+      // Not offered, so refused by the plugin before the provider sees it.
+      EXPECT_NE(text.find("not supported by this device"), std::string::npos) << text;
+      peer.resetWarnings();
+    }
     char address[32];
     snprintf(address, sizeof(address), "%p", static_cast<void*>(gpu.data()));
     EXPECT_NE(text.find(address), std::string::npos) << "names the buffer: " << text;
     EXPECT_NE(text.find(std::to_string(kSize) + " bytes"), std::string::npos) << text;
-    EXPECT_NE(text.find("CUDA"), std::string::npos) << "names the memory type: " << text;
+    EXPECT_NE(text.find(cuda ? "CUDA" : "cuda"), std::string::npos)
+        << "names the memory type: " << text;
     // The provider's error: "...: <fi_strerror text> (<negative code>)" at the end.
     size_t open = text.rfind('(');
     ASSERT_NE(open, std::string::npos) << text;
     int rc = atoi(text.c_str() + open + 1);
-    EXPECT_LT(rc, 0) << text;
-    EXPECT_NE(text.find(fi_strerror(-rc)), std::string::npos) << "provider error text: " << text;
+    if (cuda) {
+      EXPECT_LT(rc, 0) << text;
+      EXPECT_NE(text.find(fi_strerror(-rc)), std::string::npos) << "provider error text: " << text;
+    }
     fprintf(stderr, "[receiver] refused CUDA regMr -> result %d, WARN: %s\n", result, text.c_str());
     peer.resetWarnings();
 
@@ -255,14 +313,16 @@ TEST_F(GpuMemory, GdrOffForcesHostMemoryOnly) {
 }
 
 // Control for (d): the same run without GDR=off advertises CUDA where the provider offers
-// FI_HMEM, so (d) is not passing for a reason unrelated to the parameter.
-TEST_F(GpuMemory, GdrAutoAdvertisesCudaOnShm) {
+// FI_HMEM and forbids itself CUDA calls, so (d) is not passing for a reason unrelated to the
+// parameter. (The EFA-rules provider always can: tests/functional/efa_rules_test.cc.)
+TEST_F(GpuMemory, GdrAutoAdvertisesCudaWhereTheProviderAllows) {
   ScopedEnv env;
   useFake(env);
   env.set("NCCL_FABRIC_GDR", "auto");
-  forEachProvider("a provider with FI_HMEM (shm)", isShm, [&](const std::string&) {
-    runOneProcess([](Peer& peer) {
-      EXPECT_EQ(peer.props.ptrSupport & abi::kPtrCuda, abi::kPtrCuda);
+  forEachProvider("any provider", nullptr, [&](const std::string& provider) {
+    bool cuda = probeHmem(provider) == HmemSupport::kWithCudaControl;
+    runOneProcess([cuda](Peer& peer) {
+      EXPECT_EQ(peer.props.ptrSupport & abi::kPtrCuda, cuda ? abi::kPtrCuda : 0);
       EXPECT_EQ(peer.props.ptrSupport & abi::kPtrHost, abi::kPtrHost);
     });
   });
@@ -293,6 +353,7 @@ void iflushHostReceives(const std::string& fake) {
     ASSERT_NO_FATAL_FAILURE(openFake(fake, &controls));
     void *listen, *comm;
     ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    peer.resetWarnings();  // init may warn about GPUDirect; this test is about iflush
     HostBuffer buffer(kSize);
     void* mh;
     ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));

@@ -91,7 +91,7 @@ void checkProvider(const char* provider, void* gpuBuffer, size_t size, int ordin
     PtrSupportInputs inputs;
     inputs.providerHmem = registrar.providerHasHmem();
     inputs.cudaUsable = true;
-    inputs.builtWithDmaBuf = NNF_HAVE_FI_MR_DMABUF;
+    inputs.dmaBuf = NNF_HAVE_FI_MR_DMABUF;
     PtrSupport support = decidePtrSupport(inputs);
     note(std::string(provider) + ": ptrSupport=" + std::to_string(support.bits) + " (" +
          support.reason + ")");

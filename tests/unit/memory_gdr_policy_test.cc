@@ -29,7 +29,7 @@ TEST(PtrSupport, Table) {
       {false, false, false, GdrMode::kAuto, host, "FI_HMEM"},
       {false, true, true, GdrMode::kAuto, host, "FI_HMEM"},
       {true, false, true, GdrMode::kAuto, host, "CUDA driver"},
-      {true, true, false, GdrMode::kAuto, hostCuda, "lacks FI_MR_DMABUF"},
+      {true, true, false, GdrMode::kAuto, hostCuda, "registered by address"},
       {true, true, true, GdrMode::kAuto, all, "DMA-BUF"},
       {true, true, true, GdrMode::kOff, host, "NCCL_FABRIC_GDR=off"},
       {true, true, false, GdrMode::kOff, host, "NCCL_FABRIC_GDR=off"},
@@ -39,7 +39,7 @@ TEST(PtrSupport, Table) {
     PtrSupportInputs inputs;
     inputs.providerHmem = row.hmem;
     inputs.cudaUsable = row.cuda;
-    inputs.builtWithDmaBuf = row.dmabuf;
+    inputs.dmaBuf = row.dmabuf;
     inputs.mode = row.mode;
     PtrSupport result = decidePtrSupport(inputs);
     SCOPED_TRACE(testing::Message() << "hmem=" << row.hmem << " cuda=" << row.cuda << " dmabuf="

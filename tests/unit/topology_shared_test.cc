@@ -63,14 +63,14 @@ TEST_F(SharedDumps, P5GivesEightDevicesOfFourNics) {
   EXPECT_EQ(nicsOf(7), (std::vector<std::string>{"0000:c6:00.0", "0000:c7:00.0", "0000:c8:00.0",
                                                  "0000:c9:00.0"}));
   EXPECT_EQ(deviceName(plan_.devices[0], nics_), "rdmap79s0");
-  EXPECT_EQ(deviceSpeedMbps(plan_.devices[0], nics_), 400000);
+  EXPECT_EQ(deviceSpeedMbps(plan_.devices[0], nics_, SIZE_MAX), 400000);
   EXPECT_EQ(plan_.devices[0].numaNode, 0);
   EXPECT_EQ(plan_.devices[4].numaNode, 1);
   EXPECT_EQ(sysfsPciPath(*nics_[0].pci, topo_.get(), "/nonexistent-sys"),
             "/nonexistent-sys/devices/pci0000:44/0000:44:00.0/0000:45:00.0/0000:46:01.0/"
             "0000:4f:00.0");
-  EXPECT_TRUE(needsNcclTopoFile(plan_));
-  std::string xml = ncclTopoXml(plan_, nics_, *topo_, true);
+  EXPECT_TRUE(needsNcclTopoFile(plan_, SIZE_MAX));
+  std::string xml = ncclTopoXml(plan_, nics_, *topo_, true, SIZE_MAX);
   EXPECT_NE(xml.find("<pci busid=\"0000:45:00.0\" class=\"0x060400\">\n"
                      "      <pci busid=\"0000:53:00.0\""),
             std::string::npos)
@@ -89,8 +89,8 @@ TEST_F(SharedDumps, P5enGivesEightDevicesOfTwoNics) {
   EXPECT_EQ(nicsOf(0), (std::vector<std::string>{"0000:55:00.0", "0000:56:00.0"}));
   EXPECT_EQ(gpusOf(1), (std::vector<std::string>{"0000:5a:00.0"}));
   EXPECT_EQ(nicsOf(1), (std::vector<std::string>{"0000:57:00.0", "0000:58:00.0"}));
-  EXPECT_EQ(deviceSpeedMbps(plan_.devices[0], nics_), 400000);
-  EXPECT_TRUE(needsNcclTopoFile(plan_));
+  EXPECT_EQ(deviceSpeedMbps(plan_.devices[0], nics_, SIZE_MAX), 400000);
+  EXPECT_TRUE(needsNcclTopoFile(plan_, SIZE_MAX));
 }
 
 TEST_F(SharedDumps, P6B200GivesEightDevicesOfOneNic) {
@@ -102,8 +102,8 @@ TEST_F(SharedDumps, P6B200GivesEightDevicesOfOneNic) {
   EXPECT_EQ(nicsOf(0), (std::vector<std::string>{"0000:4f:00.0"}));
   EXPECT_EQ(gpusOf(1), (std::vector<std::string>{"0000:52:00.0"}));
   EXPECT_EQ(nicsOf(1), (std::vector<std::string>{"0000:50:00.0"}));
-  EXPECT_EQ(deviceSpeedMbps(plan_.devices[0], nics_), 400000);
-  EXPECT_FALSE(needsNcclTopoFile(plan_));
+  EXPECT_EQ(deviceSpeedMbps(plan_.devices[0], nics_, SIZE_MAX), 400000);
+  EXPECT_FALSE(needsNcclTopoFile(plan_, SIZE_MAX));
 }
 
 TEST_F(SharedDumps, P4dGivesFourDevicesEachServingTwoGpus) {
@@ -115,7 +115,7 @@ TEST_F(SharedDumps, P4dGivesFourDevicesEachServingTwoGpus) {
   EXPECT_EQ(nicsOf(0), (std::vector<std::string>{"0000:10:1b.0"}));
   EXPECT_EQ(gpusOf(3), (std::vector<std::string>{"0000:a0:1c.0", "0000:a0:1d.0"}));
   EXPECT_EQ(nicsOf(3), (std::vector<std::string>{"0000:a0:1b.0"}));
-  EXPECT_FALSE(needsNcclTopoFile(plan_));
+  EXPECT_FALSE(needsNcclTopoFile(plan_, SIZE_MAX));
 }
 
 TEST_F(SharedDumps, P3dnAndG5OneNicServesAllEightGpus) {

@@ -2,7 +2,10 @@
 // fixtures (tests/fixtures/hwloc), one per situation the planner must get right.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -94,7 +97,7 @@ TEST(Planner, TwoGpusOnOneSwitchSplitFourNicsTwoAndTwo) {
             (std::vector<std::string>{"0000:15:00.0>0000:13:00.0,0000:14:00.0",
                                       "0000:18:00.0>0000:16:00.0,0000:17:00.0"}));
   EXPECT_EQ(plan.devices[0].placement, Placement::kGpu);
-  EXPECT_EQ(deviceSpeedMbps(plan.devices[0], nics), 400000);
+  EXPECT_EQ(deviceSpeedMbps(plan.devices[0], nics, SIZE_MAX), 400000);
   EXPECT_EQ(deviceName(plan.devices[1], nics), "rdmap22s0");
 }
 
@@ -175,7 +178,7 @@ TEST(Planner, ManualRailsGroupVirtualNics) {
   Plan plan = planDevices(nics, nullptr, parseRailGroups("veth1,veth0;veth2;missing"));
   EXPECT_EQ(summary(plan, nics), (std::vector<std::string>{">veth1,veth0", ">veth2", ">lo"}));
   EXPECT_EQ(plan.devices[0].placement, Placement::kManual);
-  EXPECT_EQ(deviceSpeedMbps(plan.devices[0], nics), 20000);
+  EXPECT_EQ(deviceSpeedMbps(plan.devices[0], nics, SIZE_MAX), 20000);
   EXPECT_EQ(deviceName(plan.devices[0], nics), "veth1");
 }
 
@@ -231,13 +234,13 @@ TEST(DeviceProps, GuidsAreStableAndDistinct) {
 TEST(NcclTopoXml, NeededOnlyWhenAGpuDeviceHasSeveralNics) {
   Topology shared = load("shared-switch.xml");
   std::vector<Nic> nics = listEfaNics(shared);
-  EXPECT_TRUE(needsNcclTopoFile(planDevices(nics, &shared)));
+  EXPECT_TRUE(needsNcclTopoFile(planDevices(nics, &shared), SIZE_MAX));
   Topology flat = load("flat-hostbridge.xml");
   std::vector<Nic> flatNics = listEfaNics(flat);
-  EXPECT_FALSE(needsNcclTopoFile(planDevices(flatNics, &flat)));
+  EXPECT_FALSE(needsNcclTopoFile(planDevices(flatNics, &flat), SIZE_MAX));
   Topology none = load("no-gpu.xml");
   std::vector<Nic> noneNics = listEfaNics(none);
-  EXPECT_FALSE(needsNcclTopoFile(planDevices(noneNics, &none)));
+  EXPECT_FALSE(needsNcclTopoFile(planDevices(noneNics, &none), SIZE_MAX));
 }
 
 TEST(NcclTopoXml, PlacesLeadersBesideTheirGpusUnderTheSwitch) {
@@ -270,14 +273,14 @@ TEST(NcclTopoXml, PlacesLeadersBesideTheirGpusUnderTheSwitch) {
       "    </pci>\n"
       "  </cpu>\n"
       "</system>\n";
-  EXPECT_EQ(ncclTopoXml(plan, nics, topo, true), expected);
-  EXPECT_NE(ncclTopoXml(plan, nics, topo, false).find("gdr=\"0\""), std::string::npos);
+  EXPECT_EQ(ncclTopoXml(plan, nics, topo, true, SIZE_MAX), expected);
+  EXPECT_NE(ncclTopoXml(plan, nics, topo, false, SIZE_MAX).find("gdr=\"0\""), std::string::npos);
 }
 
 TEST(NcclTopoXml, FlattenedHostBridgePutsDevicesUnderTheCpu) {
   Topology topo = load("flat-hostbridge.xml");
   std::vector<Nic> nics = listEfaNics(topo);
-  std::string xml = ncclTopoXml(planDevices(nics, &topo), nics, topo, true);
+  std::string xml = ncclTopoXml(planDevices(nics, &topo), nics, topo, true, SIZE_MAX);
   EXPECT_NE(xml.find("  <cpu numaid=\"1\">\n    <pci busid=\"0000:90:1c.0\""), std::string::npos)
       << xml;
   // Single-NIC devices keep the NIC's real link: NCCL reads it from sysfs.
@@ -288,26 +291,57 @@ TEST(NcclTopoXml, ExportRespectsTheUsersFile) {
   Topology topo = load("shared-switch.xml");
   std::vector<Nic> nics = listEfaNics(topo);
   Plan plan = planDevices(nics, &topo);
-  std::string dir = ::testing::TempDir();
 
   setenv("NCCL_TOPO_FILE", "/users/own.xml", 1);
-  EXPECT_EQ(exportNcclTopoFile(plan, nics, topo, true, dir), "");
+  EXPECT_EQ(exportNcclTopoFile(plan, nics, topo, true, SIZE_MAX), "");
   EXPECT_STREQ(getenv("NCCL_TOPO_FILE"), "/users/own.xml");
-
   unsetenv("NCCL_TOPO_FILE");
-  std::string path = exportNcclTopoFile(plan, nics, topo, true, dir);
-  ASSERT_FALSE(path.empty());
+
+  Topology flat = load("flat-hostbridge.xml");
+  std::vector<Nic> flatNics = listEfaNics(flat);
+  EXPECT_EQ(exportNcclTopoFile(planDevices(flatNics, &flat), flatNics, flat, true, SIZE_MAX), "");
+  EXPECT_EQ(getenv("NCCL_TOPO_FILE"), nullptr);
+}
+
+// The file lives in memory (memfd) and goes with the process: nothing is written to disk.
+TEST(NcclTopoXml, ExportLeavesNoFileBehind) {
+  Topology topo = load("shared-switch.xml");
+  std::vector<Nic> nics = listEfaNics(topo);
+  Plan plan = planDevices(nics, &topo);
+  unsetenv("NCCL_TOPO_FILE");
+  std::string path = exportNcclTopoFile(plan, nics, topo, false, SIZE_MAX);
+  ASSERT_EQ(path.rfind("/proc/self/fd/", 0), 0u) << path;
   EXPECT_STREQ(getenv("NCCL_TOPO_FILE"), path.c_str());
   std::ifstream in(path);
   std::stringstream content;
   content << in.rdbuf();
-  EXPECT_EQ(content.str(), ncclTopoXml(plan, nics, topo, true));
-  unsetenv("NCCL_TOPO_FILE");
-  unlink(path.c_str());
+  EXPECT_EQ(content.str(), ncclTopoXml(plan, nics, topo, false, SIZE_MAX));
+  EXPECT_NE(content.str().find("gdr=\"0\""), std::string::npos);
+  char target[256] = {};
+  ASSERT_GT(readlink(path.c_str(), target, sizeof(target) - 1), 0);
+  EXPECT_EQ(std::string(target).rfind("/memfd:", 0), 0u) << target;
 
-  Topology flat = load("flat-hostbridge.xml");
-  std::vector<Nic> flatNics = listEfaNics(flat);
-  EXPECT_EQ(exportNcclTopoFile(planDevices(flatNics, &flat), flatNics, flat, true, dir), "");
+  // A child that inherited the variable but closed the descriptor writes its own.
+  close(std::stoi(path.substr(strlen("/proc/self/fd/"))));
+  std::string again = exportNcclTopoFile(plan, nics, topo, true, SIZE_MAX);
+  ASSERT_FALSE(again.empty());
+  EXPECT_STREQ(getenv("NCCL_TOPO_FILE"), again.c_str());
+  close(std::stoi(again.substr(strlen("/proc/self/fd/"))));
+  unsetenv("NCCL_TOPO_FILE");
+}
+
+// Until the protocol drives every rail, the device reports (and the file places) what its
+// leader carries: no multi-NIC link to describe, so no file at all.
+TEST(NcclTopoXml, LeaderOnlyDevicesNeedNoFileAndReportOneNic) {
+  Topology topo = load("shared-switch.xml");
+  std::vector<Nic> nics = listEfaNics(topo);
+  Plan plan = planDevices(nics, &topo);
+  ASSERT_GT(plan.devices[0].nics.size(), 1u);
+  EXPECT_TRUE(needsNcclTopoFile(plan, SIZE_MAX));
+  EXPECT_FALSE(needsNcclTopoFile(plan, 1));
+  EXPECT_EQ(deviceSpeedMbps(plan.devices[0], nics, 1), nics[plan.devices[0].nics[0]].speedMbps);
+  unsetenv("NCCL_TOPO_FILE");
+  EXPECT_EQ(exportNcclTopoFile(plan, nics, topo, true, 1), "");
   EXPECT_EQ(getenv("NCCL_TOPO_FILE"), nullptr);
 }
 

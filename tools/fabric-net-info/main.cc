@@ -69,12 +69,17 @@ topology::RailGroups railsFrom(const config::Config& cfg) {
   }
 }
 
+// The sendrecv protocol carries data on each device's leader NIC: report what the plugin does.
+constexpr size_t kCarryingRails = 1;
+
 void writeNcclTopo(const Options& opt, const topology::Plan& plan,
                    const std::vector<topology::Nic>& nics, const topology::Topology& topo) {
   if (opt.ncclTopoFile.empty()) return;
-  topology::writeNcclTopoFile(opt.ncclTopoFile, plan, nics, topo, /*gdr=*/true);
+  topology::writeNcclTopoFile(opt.ncclTopoFile, plan, nics, topo, /*gdr=*/true, kCarryingRails);
   fprintf(stderr, "wrote NCCL topology XML to %s%s\n", opt.ncclTopoFile.c_str(),
-          topology::needsNcclTopoFile(plan) ? "" : " (not needed: one NIC per GPU device)");
+          topology::needsNcclTopoFile(plan, kCarryingRails)
+              ? ""
+              : " (not needed: one NIC carries data per device)");
 }
 
 int runOffline(const Options& opt) {
@@ -90,8 +95,9 @@ int runOffline(const Options& opt) {
   printf("topology %s: %zu NVIDIA GPU(s), %zu EFA NIC(s), %zu device(s)\n\n",
          opt.topologyFile.c_str(), topo.gpus().size(), nics.size(), plan.devices.size());
   tools::printPlanTable(stdout, plan, nics, &topo);
-  printf("\nNCCL topology file: %s\n",
-         topology::needsNcclTopoFile(plan) ? "needed (several NICs per GPU device)" : "not needed");
+  printf("\nNCCL topology file: %s\n", topology::needsNcclTopoFile(plan, kCarryingRails)
+                                           ? "needed (several NICs carry data per GPU device)"
+                                           : "not needed");
   return 0;
 }
 

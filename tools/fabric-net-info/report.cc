@@ -60,7 +60,7 @@ void printPlanTable(FILE* out, const topology::Plan& plan, const std::vector<top
     for (size_t nic : device.nics) rails.push_back(nicId(nics[nic]));
     char speed[32];
     snprintf(speed, sizeof(speed), "%" PRId64 " Gb/s",
-             topology::deviceSpeedMbps(device, nics) / 1000);
+             topology::deviceSpeedMbps(device, nics, /*carryingRails=*/1) / 1000);
     std::string numa = device.numaNode >= 0 ? std::to_string(device.numaNode) : "-";
     std::string gpuText = gpus.empty() ? "-" : joined(gpus, ",");
     fprintf(out, "%-4zu %-14s %-9s %5zu %10s %5s  %-28s %s\n", d,

@@ -1,0 +1,48 @@
+// Buffers for connection set-up messages. Providers with FI_MR_LOCAL (EFA) want a descriptor
+// for every buffer they touch, control messages included; registering each comm's few bytes
+// would cost one registration per comm, so they come as slots of larger registered chunks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "memory/fabric_registrar.h"
+#include "memory/region.h"
+
+namespace nnf::core {
+
+struct ControlSlot {
+  static constexpr size_t kSize = 256;
+  uint8_t* data = nullptr;
+  void* desc = nullptr;  // null where the provider needs no descriptor
+};
+
+class ControlArena {
+ public:
+  // `registrar` null: the provider takes host buffers without descriptors, nothing is registered.
+  explicit ControlArena(memory::FabricRegistrar* registrar) : registrar_(registrar) {}
+  ~ControlArena();
+  ControlArena(const ControlArena&) = delete;
+  ControlArena& operator=(const ControlArena&) = delete;
+
+  // Device lock held. False (logged) when a new chunk cannot be registered.
+  bool acquire(ControlSlot* out);
+  void release(ControlSlot* slot);
+  // Device lock held: closes every registration before the domain goes (the memory stays until
+  // the arena is destroyed, after the comms that point into it).
+  void deregisterAll();
+
+ private:
+  static constexpr size_t kSlotsPerChunk = 256;
+  struct Chunk {
+    std::unique_ptr<uint8_t[]> memory;
+    memory::Registration registration;
+  };
+  memory::FabricRegistrar* registrar_;
+  std::vector<Chunk> chunks_;
+  std::vector<ControlSlot> free_;
+};
+
+}  // namespace nnf::core

@@ -1,0 +1,25 @@
+// Environment the plugin sets for libfabric and NCCL, only where the user has not.
+#pragma once
+
+#include <string>
+
+#include "platform/provider_rules.h"
+
+namespace nnf::platform {
+
+// Sets each of the rules' defaults that is unset, one INFO line each. Must run before the first
+// fi_getinfo: providers read their variables when libfabric initialises them.
+void applyEnvDefaults(const ProviderRules& rules);
+
+// LL/LL128 over an unordered provider without the in-order-128 guarantee can read torn data.
+struct ProtoDecision {
+  enum class Action { kNothing, kSetSimple, kWarnUserSetting } action = Action::kNothing;
+  std::string message;
+};
+// Pure: `orderingOk` is false when some device lacks the guarantee; `userProto` is NCCL_PROTO
+// (null when unset).
+ProtoDecision decideProto(bool orderingOk, const char* userProto);
+// Logs the decision and sets NCCL_PROTO=Simple where it says so.
+void applyProto(const ProtoDecision& decision);
+
+}  // namespace nnf::platform

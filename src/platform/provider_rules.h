@@ -1,0 +1,94 @@
+// Each provider family's rules as data: the endpoint options to set before enabling, what a
+// refusal costs, the environment defaults, and the tag bits the provider must match. The core
+// asks here and applies; nothing in this layer touches libfabric objects.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nnf::platform {
+
+enum class Family { kEfa, kShm, kTcp, kOther };
+
+// "efa", "shm", "tcp" / "tcp;ofi_rxm" (the core provider names the family), anything else.
+Family familyOf(const std::string& provName);
+const char* familyName(Family family);
+
+// Option numbers as libfabric defines them (fi_endpoint.h, fi_ext.h). They are part of the ABI,
+// so we carry them ourselves: a plugin built against 1.17 headers still sets them on a 2.x
+// runtime, and an older runtime answers -FI_ENOPROTOOPT, which counts as a refusal.
+namespace opt {
+constexpr int kLevelEndpoint = 0;  // FI_OPT_ENDPOINT
+constexpr int kCudaApiPermitted = 10;
+constexpr int kSharedMemoryPermitted = 11;
+constexpr int kEfaBase = -(0xefa << 16);  // -FI_PROV_SPECIFIC_EFA
+constexpr int kEfaRnrRetry = kEfaBase;
+constexpr int kEfaSendRecvInOrderAligned128 = kEfaBase + 5;
+constexpr int kEfaWriteInOrderAligned128 = kEfaBase + 6;
+}  // namespace opt
+
+// What a provider refusing an option costs us.
+enum class Refusal {
+  kHostMemoryOnly,  // GPU buffers would make the provider call CUDA from NCCL's proxy thread
+  kProtoSimple,     // no 128-byte ordering: LL/LL128 could read torn data
+  kNoReadFlush,     // the flush read could take the shared-memory path and flush nothing
+};
+
+// When an option applies.
+enum class When {
+  kAlways,
+  kHmem,       // the endpoint was opened with FI_HMEM
+  kReadFlush,  // GPUDirect flushes read from our own endpoint
+  kRmaWrite,   // the protocol writes with RMA
+  kSendRecv,   // the protocol sends tagged messages
+};
+
+struct EndpointOption {
+  const char* name;  // as in libfabric's headers, for log lines
+  int level;
+  int optname;
+  bool value;  // every option we set is a bool
+  When when;
+  Refusal onRefused;
+  const char* why;
+};
+
+struct EnvDefault {
+  const char* name;
+  const char* value;
+  const char* why;
+};
+
+struct ProviderRules {
+  Family family;
+  std::vector<EndpointOption> options;
+  std::vector<EnvDefault> envDefaults;
+  // Unordered delivery (SRD): LL/LL128 are safe only with the in-order-128 options.
+  bool unorderedDelivery;
+  // The provider copies injected bytes with the CPU (no descriptor): host memory only.
+  bool injectCopiesWithCpu;
+};
+
+const ProviderRules& rulesFor(Family family);
+
+// What the endpoint about to be opened does; selects the options that apply.
+struct EndpointNeeds {
+  bool hmem = false;
+  bool readFlush = false;
+  bool rmaWrite = false;
+  bool sendRecv = true;
+};
+std::vector<EndpointOption> optionsFor(const ProviderRules& rules, const EndpointNeeds& needs);
+
+// libfabric's FI_TAG_GENERIC (not in its public headers): fields of alternating bits over all 64.
+constexpr uint64_t kTagGeneric = 0xaaaaaaaaaaaaaaaaULL;
+
+// mem_tag_format is a field layout (FI_TAG_GENERIC is 0xaaaa...); its highest set bit says how
+// wide a tag the provider matches (cxi: FI_TAG_GENERIC >> 16, 48 bits). 0: not stated, all 64.
+uint64_t matchableTagBits(uint64_t memTagFormat);
+// Whether `bitsUsed` (core/tags.h) fits; otherwise `why` says what the provider and we need.
+bool tagFormatFits(uint64_t memTagFormat, uint64_t bitsUsed, std::string* why);
+
+}  // namespace nnf::platform

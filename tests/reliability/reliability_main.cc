@@ -7,14 +7,16 @@
 
 #include <gtest/gtest.h>
 
+#include "support/test_env.h"
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   const char* prefix = "--nnf-provider=";
   for (int i = 1; i < argc; ++i) {
     if (strncmp(argv[i], prefix, strlen(prefix)) != 0) continue;
     const char* provider = argv[i] + strlen(prefix);
-    setenv("FI_PROVIDER", provider, 1);
     setenv("NNF_TEST_PROVIDER", provider, 1);
+    nnf::test::useTestProvider(provider);
     // Network namespace tests override the interface in their children.
     setenv("FI_TCP_IFACE", "lo", 0);
   }

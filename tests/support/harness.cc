@@ -1,4 +1,5 @@
 #include "support/harness.h"
+#include "support/test_env.h"
 
 #include <net/if.h>
 #include <poll.h>
@@ -26,6 +27,7 @@ namespace {
 std::atomic<int> g_warnings{0};
 std::mutex g_textsMutex;
 std::vector<std::string> g_texts;
+std::vector<std::string> g_infos;
 std::string g_role = "parent";
 
 using Clock = std::chrono::steady_clock;
@@ -57,7 +59,7 @@ bool isolateNetwork() {
 // carry a list of them). The tcp provider is always kept on loopback.
 void applyProviderEnvironment() {
   const char* provider = std::getenv("NNF_TEST_PROVIDER");
-  if (provider != nullptr && *provider != '\0') setenv("FI_PROVIDER", provider, 1);
+  if (provider != nullptr && *provider != '\0') useTestProvider(provider);
   setenv("FI_TCP_IFACE", "lo", 0);
 }
 
@@ -262,9 +264,15 @@ std::vector<std::string> Peer::warningTexts() const {
   return g_texts;
 }
 
+std::vector<std::string> Peer::infoTexts() const {
+  std::lock_guard<std::mutex> lock(g_textsMutex);
+  return g_infos;
+}
+
 void Peer::resetWarnings() {
   std::lock_guard<std::mutex> lock(g_textsMutex);
   g_texts.clear();
+  g_infos.clear();
   g_warnings.store(0);
 }
 
@@ -281,6 +289,9 @@ void testLogger(abi::LogLevel level, unsigned long flags, const char* file, int 
       g_texts.emplace_back(text);
     }
     g_warnings.fetch_add(1);
+  } else if (level == abi::kLogInfo) {
+    std::lock_guard<std::mutex> lock(g_textsMutex);
+    if (g_infos.size() < 2000) g_infos.emplace_back(text);
   }
   static const bool verbose = std::getenv("NNF_TEST_VERBOSE") != nullptr;
   if (level == abi::kLogWarn || verbose)

@@ -62,6 +62,8 @@ struct Peer {
   // WARN lines logged by the plugin since the last reset (process-wide: the logger is global).
   int warnings() const;
   std::vector<std::string> warningTexts() const;
+  // INFO lines logged since the last reset (the first 2000: decisions are logged at init).
+  std::vector<std::string> infoTexts() const;
   void resetWarnings();
 };
 

@@ -2,7 +2,12 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+
+#include <gtest/gtest.h>
 
 namespace nnf::test {
 
@@ -40,6 +45,64 @@ std::string sourceDir() {
   return NNF_SOURCE_DIR;
 }
 
+std::string efaRulesDir() {
+  return NNF_EFA_RULES_DIR;
+}
+
+std::string efaRulesReport() {
+  static const std::string path =
+      "/tmp/nnf-efa-rules-" + std::to_string(static_cast<int>(getpid())) + ".txt";
+  return path;
+}
+
+std::vector<std::string> readEfaRulesReport(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  return lines;
+}
+
+namespace {
+
+// After the last test of a process run on the EFA-rules provider: any rule broken in this
+// process or its children fails the run, with the provider's own words.
+class EfaRulesReportCheck : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::string path = efaRulesReport();
+    std::vector<std::string> lines = readEfaRulesReport(path);
+    unlink(path.c_str());
+    std::string all;
+    for (const std::string& line : lines) all += "  " + line + "\n";
+    EXPECT_TRUE(lines.empty()) << "the plugin broke EFA rules (" << lines.size()
+                               << " report lines):\n"
+                               << all;
+  }
+};
+
+}  // namespace
+
+void useTestProvider(const std::string& provider) {
+  if (provider != "efa") {
+    setenv("FI_PROVIDER", provider.c_str(), 1);
+    if (provider == "tcp") setenv("FI_TCP_IFACE", "lo", 0);
+    return;
+  }
+  unsetenv("FI_PROVIDER");
+  setenv("FI_PROVIDER_PATH", efaRulesDir().c_str(), 1);
+  setenv("NCCL_FABRIC_PROVIDER", "efa", 1);
+  setenv("NNF_EFA_RULES_BASE", "tcp", 0);
+  setenv("FI_TCP_IFACE", "lo", 0);
+  setenv("NNF_EFA_RULES_REORDER", "1", 0);
+  setenv("NCCL_FABRIC_CUDA_LIBRARY", fakeCudaLibrary().c_str(), 0);
+  if (getenv("NNF_EFA_RULES_REPORT") == nullptr) {
+    setenv("NNF_EFA_RULES_REPORT", efaRulesReport().c_str(), 1);
+    ::testing::AddGlobalTestEnvironment(new EfaRulesReportCheck);
+  }
+}
+
 }  // namespace nnf::test
 
 namespace {
@@ -51,8 +114,7 @@ struct ProviderFromTestEnvironment {
   ProviderFromTestEnvironment() {
     const char* provider = std::getenv("NNF_TEST_PROVIDER");
     if (provider == nullptr || *provider == '\0') return;
-    setenv("FI_PROVIDER", provider, 1);
-    if (std::string(provider) == "tcp") setenv("FI_TCP_IFACE", "lo", 0);
+    nnf::test::useTestProvider(provider);
   }
 };
 const ProviderFromTestEnvironment kProviderFromTestEnvironment;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace nnf::test {
 
@@ -18,5 +19,19 @@ std::string fakeCudaLibrary();
 
 // The project's source tree (for its own fixtures under tests/fixtures).
 std::string sourceDir();
+
+// Points libfabric (and the plugin) at `provider` in this process and the children it forks:
+//   shm, tcp: FI_PROVIDER narrows libfabric to it (tcp stays on loopback);
+//   efa:      our EFA-rules provider (tests/efa_rules) over tcp, loaded through
+//             FI_PROVIDER_PATH and chosen with NCCL_FABRIC_PROVIDER (FI_PROVIDER would hide the
+//             provider underneath), with the fake CUDA driver so GPU buffers take the GPU path,
+//             completions reordered, and every rule violation appended to efaRulesReport().
+void useTestProvider(const std::string& provider);
+
+// The EFA-rules provider's directory (FI_PROVIDER_PATH) and this test process's report file.
+std::string efaRulesDir();
+std::string efaRulesReport();
+// The report's lines ("<rule> <detail>"), empty when no rule was broken.
+std::vector<std::string> readEfaRulesReport(const std::string& path);
 
 }  // namespace nnf::test

@@ -1,0 +1,41 @@
+// Environment of the EFA-rules provider (listed in provider.cc).
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "efa_rules.h"
+
+namespace efa_rules {
+namespace {
+
+const char* env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+}  // namespace
+
+Config loadConfig() {
+  Config config;
+  if (const char* v = env("NNF_EFA_RULES_BASE")) config.base = v;
+  if (const char* v = env("NNF_EFA_RULES_HMEM")) config.hmem = std::strcmp(v, "0") != 0;
+  if (const char* v = env("NNF_EFA_RULES_REORDER")) config.reorder = std::strcmp(v, "0") != 0;
+  if (const char* v = env("NNF_EFA_RULES_SEED")) config.seed = std::strtoull(v, nullptr, 0);
+  if (const char* v = env("NNF_EFA_RULES_TAG_BITS")) config.tagBits = std::atoi(v);
+  if (config.tagBits < 0 || config.tagBits >= 64) config.tagBits = 0;
+  if (const char* v = env("NNF_EFA_RULES_DMABUF")) config.dmabuf = std::strcmp(v, "1") == 0;
+  if (const char* v = env("NNF_EFA_RULES_REFUSE")) {
+    std::stringstream list(v);
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      if (!item.empty()) config.refuse.insert(item);
+    }
+  }
+  return config;
+}
+
+bool refused(const char* optionName) {
+  return loadConfig().refuse.count(optionName) != 0;
+}
+
+}  // namespace efa_rules

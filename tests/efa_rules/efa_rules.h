@@ -1,0 +1,173 @@
+// Internal declarations of the EFA-rules test provider: the wrapper objects, the configuration
+// read from the environment, and the rule checks. See provider.cc for the overview.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_ext.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "options.h"
+
+namespace efa_rules {
+
+// Returns -FI_ENOSYS for any operation we do not implement; fills an ops slot by its type.
+template <typename F>
+struct NoSys;
+template <typename R, typename... A>
+struct NoSys<R (*)(A...)> {
+  static R fn(A...) { return static_cast<R>(-FI_ENOSYS); }
+};
+template <typename F>
+void nosys(F& slot) {
+  slot = &NoSys<F>::fn;
+}
+
+// --- configuration (config.cc): read from the environment at each use, so forked test
+// children can change it before they open objects.
+struct Config {
+  std::string base = "tcp";  // NNF_EFA_RULES_BASE
+  bool hmem = true;          // NNF_EFA_RULES_HMEM
+  bool reorder = true;       // NNF_EFA_RULES_REORDER
+  uint64_t seed = 0x5eed0efa;
+  int tagBits = 0;  // 0: FI_TAG_GENERIC
+  bool dmabuf = false;
+  std::set<std::string> refuse;
+};
+Config loadConfig();
+bool refused(const char* optionName);
+
+// --- rules and reporting (report.cc).
+enum class Rule {
+  kMissingDescriptor = 1,
+  kInjectDeviceMemory,
+  kOptionAfterEnable,
+  kTagFormat,
+  kCudaApiPermitted,
+  kSharedMemoryRead,
+  kLl128Order,
+  kDmabufRange,
+};
+constexpr int kProvErrnoBase = 0xefa000;  // prov_errno of a violation: base + rule number
+const char* ruleName(Rule rule);
+// Appends the report line, prints to stderr and counts; returns the rule's prov_errno.
+int violation(Rule rule, const std::string& detail);
+uint64_t violationCount();
+bool isRuleErrno(int provErrno);
+// Whether the fake (or real) CUDA driver named by NCCL_FABRIC_CUDA_LIBRARY calls `p` device
+// memory; a driver that is not initialised answers "host".
+bool driverSaysDevice(const void* p);
+
+struct Fabric;
+struct Domain;
+struct Cq;
+struct Av;
+
+// --- info translation (info.cc).
+fi_info* toBaseHints(const fi_info* hints, const Config& config);
+fi_info* toEfaInfo(const fi_info* base, const fi_info* hints, const Config& config);
+// The base provider's fi_info for one of our fi_info (re-queried, matched on domain name).
+fi_info* baseInfoFor(const fi_info* ours, const Config& config);
+uint64_t tagMaskOf(uint64_t memTagFormat);
+int getinfo(uint32_t version, const char* node, const char* service, uint64_t flags,
+            const fi_info* hints, fi_info** info);
+
+// --- objects. Each starts with the libfabric fid it hands out.
+struct Fabric {
+  fid_fabric fid{};
+  std::mutex mutex;
+  std::map<std::string, fid_fabric*> bases;  // base fabric per base fabric name
+  fid_fabric* baseFor(const fi_info* baseInfo, int* ret);
+};
+int openFabric(fi_fabric_attr* attr, fid_fabric** fabric, void* context);
+
+struct Domain {
+  fid_domain fid{};
+  Fabric* fabric = nullptr;
+  fid_domain* base = nullptr;
+  fi_info* info = nullptr;  // ours
+  bool mrLocal = false;
+  uint64_t tagMask = ~0ULL;
+};
+int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* context);
+
+struct Av {
+  fid_av fid{};
+  fid_av* base = nullptr;
+};
+int openAv(fid_domain* domain, fi_av_attr* attr, fid_av** av, void* context);
+
+// A completion held back by the reordering CQ.
+struct Pending {
+  fi_cq_tagged_entry entry;
+  fi_addr_t source;
+};
+struct Cq {
+  fid_cq fid{};
+  fid_cq* base = nullptr;
+  size_t entrySize = 0;
+  std::mutex mutex;
+  bool reorder = true;
+  std::mt19937_64 rng;
+  std::vector<Pending> pending;
+  std::vector<fi_cq_err_entry> synthetic;  // our error completions, FIFO
+  bool baseError = false;                  // the base reported -FI_EAVAIL
+  void pushError(void* context, uint64_t flags, int provErrno);
+};
+int openCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** cq, void* context);
+
+struct Mr {
+  fid_mr fid{};
+  fid_mr* base = nullptr;
+  uintptr_t start = 0;
+  uintptr_t end = 0;
+  bool device = false;  // registered with FI_HMEM_CUDA (or as a DMA-BUF)
+};
+void installMrOps(fi_ops_mr* ops);
+// The live MR behind a descriptor, or nullptr when `desc` is not one of ours.
+Mr* liveMr(void* desc);
+// Whether [p, p+len) lies in a range registered as device memory.
+bool registeredAsDevice(const void* p, size_t len);
+
+// Endpoint option state: -1 unset, 0 false, 1 true.
+struct EpOptions {
+  int cudaApiPermitted = -1;
+  int sharedMemoryPermitted = -1;
+  int sendrecv128 = -1;
+  int write128 = -1;
+  int useDeviceRdma = -1;
+  size_t rnrRetry = 3;
+};
+
+struct Ep {
+  fid_ep fid{};
+  fid_ep* base = nullptr;
+  Domain* domain = nullptr;
+  Cq* txCq = nullptr;
+  Cq* rxCq = nullptr;
+  Av* av = nullptr;
+  uint64_t caps = 0;
+  bool hmem = false;
+  bool enabled = false;
+  bool ll128Checked[2] = {false, false};  // sendrecv, write
+  bool ll128Reported = false;
+  EpOptions options;
+  std::string ownName;  // base address, for the shared-memory-read rule
+};
+int openEp(fid_domain* domain, fi_info* info, fid_ep** ep, void* context);
+void installDataOps(Ep* ep);
+
+}  // namespace efa_rules

@@ -1,0 +1,592 @@
+// Tests of the EFA-rules provider through raw libfabric: its attributes, data movement over tcp
+// and shm, out-of-order completions, and one test per rule. Each scenario runs in forked
+// children, which load libfabric (and with it our provider) fresh with their own environment.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kOptCudaApiPermitted = 10;
+constexpr int kOptSharedMemoryPermitted = 11;
+constexpr int kOptEfaBase = -(0xefa << 16);
+constexpr int kOptSendrecv128 = kOptEfaBase + 5;
+constexpr int kOptWrite128 = kOptEfaBase + 6;
+constexpr int kOptViolations = kOptEfaBase + 0x100;
+constexpr int kProvErrnoBase = 0xefa000;
+
+#define REQUIRE(cond)                                                          \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      std::fprintf(stderr, "%s:%d: REQUIRE(%s) failed\n", __FILE__, __LINE__, #cond); \
+      _exit(1);                                                                \
+    }                                                                          \
+  } while (0)
+
+std::string reportPath() {
+  return "/tmp/efa-rules-test-" + std::to_string(getpid()) + ".report";
+}
+
+std::string readReport() {
+  std::ifstream in(reportPath());
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Environment of a child, set before its first libfabric call.
+void childEnv(const std::string& base) {
+  setenv("FI_PROVIDER_PATH", NNF_EFA_RULES_DIR, 1);
+  setenv("FI_TCP_IFACE", "lo", 1);
+  unsetenv("FI_PROVIDER");
+  setenv("NNF_EFA_RULES_BASE", base.c_str(), 1);
+  setenv("NNF_EFA_RULES_REPORT", reportPath().c_str(), 1);
+  unlink(reportPath().c_str());
+}
+
+// Runs `body` in `n` forked children (index 0..n-1, with a socket to the other); true when all
+// exit 0.
+bool runChildren(int n, const std::function<void(int, int)>& body) {
+  int sockets[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sockets) != 0) return false;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < n; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(sockets[1 - i]);
+      body(i, sockets[i]);
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  close(sockets[0]);
+  close(sockets[1]);
+  bool ok = true;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  return ok;
+}
+
+void sendAll(int fd, const void* data, size_t len) {
+  REQUIRE(write(fd, data, len) == static_cast<ssize_t>(len));
+}
+void recvAll(int fd, void* data, size_t len) {
+  auto* p = static_cast<char*>(data);
+  while (len > 0) {
+    ssize_t n = read(fd, p, len);
+    REQUIRE(n > 0);
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+}
+
+struct Options {
+  bool hmem = true;
+  bool cleanOptions = true;  // cuda/shm permitted false, both in-order-128 true, before enable
+};
+
+fi_info* query(const Options& setup) {
+  fi_info* hints = fi_allocinfo();
+  hints->caps = FI_TAGGED | FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ |
+                FI_REMOTE_WRITE | FI_SEND | FI_RECV | (setup.hmem ? FI_HMEM : 0);
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+                                FI_MR_PROV_KEY | (setup.hmem ? FI_MR_HMEM : 0);
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  hints->fabric_attr->prov_name = strdup("efa");
+  fi_info* info = nullptr;
+  int ret = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints,
+                       &info);
+  fi_freeinfo(hints);
+  return ret == 0 ? info : nullptr;
+}
+
+struct Node {
+  fi_info* info = nullptr;
+  fid_fabric* fabric = nullptr;
+  fid_domain* domain = nullptr;
+  fid_av* av = nullptr;
+  fid_cq* cq = nullptr;
+  fid_ep* ep = nullptr;
+  fi_addr_t self = FI_ADDR_UNSPEC;
+  fi_addr_t peer = FI_ADDR_UNSPEC;
+  std::string name;
+
+  int setBool(int option, bool value) {
+    return fi_setopt(&ep->fid, FI_OPT_ENDPOINT, option, &value, sizeof(value));
+  }
+
+  // Up to the endpoint, not enabled.
+  void open(const Options& setup) {
+    info = query(setup);
+    REQUIRE(info != nullptr);
+    REQUIRE(std::string(info->fabric_attr->prov_name) == "efa");
+    REQUIRE(fi_fabric(info->fabric_attr, &fabric, nullptr) == 0);
+    REQUIRE(fi_domain(fabric, info, &domain, nullptr) == 0);
+    fi_cq_attr cqAttr{};
+    cqAttr.format = FI_CQ_FORMAT_TAGGED;
+    cqAttr.size = 4096;
+    REQUIRE(fi_cq_open(domain, &cqAttr, &cq, nullptr) == 0);
+    fi_av_attr avAttr{};
+    avAttr.type = FI_AV_MAP;
+    REQUIRE(fi_av_open(domain, &avAttr, &av, nullptr) == 0);
+    REQUIRE(fi_endpoint(domain, info, &ep, nullptr) == 0);
+    REQUIRE(fi_ep_bind(ep, &av->fid, 0) == 0);
+    REQUIRE(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV) == 0);
+    if (setup.cleanOptions) {
+      REQUIRE(setBool(kOptCudaApiPermitted, false) == 0);
+      REQUIRE(setBool(kOptSharedMemoryPermitted, false) == 0);
+      REQUIRE(setBool(kOptSendrecv128, true) == 0);
+      REQUIRE(setBool(kOptWrite128, true) == 0);
+    }
+  }
+
+  void enable() {
+    REQUIRE(fi_enable(ep) == 0);
+    char buf[256];
+    size_t len = sizeof(buf);
+    REQUIRE(fi_getname(&ep->fid, buf, &len) == 0);
+    name.assign(buf, len);
+    REQUIRE(fi_av_insert(av, name.data(), 1, &self, 0, nullptr) == 1);
+  }
+
+  void exchange(int fd) {
+    uint32_t len = static_cast<uint32_t>(name.size());
+    sendAll(fd, &len, sizeof(len));
+    sendAll(fd, name.data(), len);
+    uint32_t peerLen = 0;
+    recvAll(fd, &peerLen, sizeof(peerLen));
+    std::string peerName(peerLen, '\0');
+    recvAll(fd, peerName.data(), peerLen);
+    REQUIRE(fi_av_insert(av, peerName.data(), 1, &peer, 0, nullptr) == 1);
+  }
+
+  fid_mr* reg(void* buf, size_t len, uint64_t access, fi_hmem_iface iface = FI_HMEM_SYSTEM) {
+    iovec iov{buf, len};
+    fi_mr_attr attr{};
+    attr.mr_iov = &iov;
+    attr.iov_count = 1;
+    attr.access = access;
+    attr.iface = iface;
+    fid_mr* mr = nullptr;
+    REQUIRE(fi_mr_regattr(domain, &attr, 0, &mr) == 0);
+    return mr;
+  }
+
+  // Reads one completion (success) or fails the child on an error; returns its context.
+  void* waitOne(fi_cq_tagged_entry* out = nullptr) {
+    fi_cq_tagged_entry entry{};
+    for (int spins = 0; spins < 50000000; ++spins) {
+      ssize_t n = fi_cq_read(cq, &entry, 1);
+      if (n == 1) {
+        if (out != nullptr) *out = entry;
+        return entry.op_context;
+      }
+      if (n == -FI_EAVAIL) {
+        fi_cq_err_entry err{};
+        fi_cq_readerr(cq, &err, 0);
+        std::fprintf(stderr, "unexpected error completion: %s\n",
+                     fi_cq_strerror(cq, err.prov_errno, err.err_data, nullptr, 0));
+        _exit(1);
+      }
+      REQUIRE(n == -FI_EAGAIN);
+    }
+    REQUIRE(!"completion timed out");
+    return nullptr;
+  }
+
+  // Reads the next error completion, which must come within a few reads.
+  fi_cq_err_entry waitError() {
+    fi_cq_tagged_entry entry{};
+    for (int spins = 0; spins < 1000000; ++spins) {
+      ssize_t n = fi_cq_read(cq, &entry, 1);
+      if (n == -FI_EAVAIL) {
+        fi_cq_err_entry err{};
+        REQUIRE(fi_cq_readerr(cq, &err, 0) == 1);
+        return err;
+      }
+      REQUIRE(n == -FI_EAGAIN);
+    }
+    REQUIRE(!"no error completion");
+    return {};
+  }
+
+  uint64_t violations() {
+    uint64_t count = 0;
+    size_t len = sizeof(count);
+    REQUIRE(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, kOptViolations, &count, &len) == 0);
+    return count;
+  }
+
+  void close() {
+    fi_close(&ep->fid);
+    fi_close(&av->fid);
+    fi_close(&cq->fid);
+    fi_close(&domain->fid);
+    fi_close(&fabric->fid);
+    fi_freeinfo(info);
+  }
+};
+
+// Checks a violation's error completion and report line.
+void expectViolation(Node& node, const fi_cq_err_entry& err, void* context, int rule,
+                     const char* name) {
+  REQUIRE(err.op_context == context);
+  REQUIRE(err.err == FI_EINVAL);
+  REQUIRE(err.prov_errno == kProvErrnoBase + rule);
+  REQUIRE(std::strstr(fi_cq_strerror(node.cq, err.prov_errno, nullptr, nullptr, 0), name));
+  REQUIRE(readReport().rfind(std::string(name) + " ", 0) == 0);
+}
+
+using FakeDeclare = void (*)(void*, size_t, int);
+using FakeInit = int (*)(unsigned);
+
+// Loads the fake CUDA driver the way the plugin would, initialises it and makes `buf` device
+// memory of GPU 0.
+void declareDevice(void* buf, size_t len) {
+  setenv("NCCL_FABRIC_CUDA_LIBRARY", NNF_FAKE_CUDA_PATH, 1);
+  void* lib = dlopen(NNF_FAKE_CUDA_PATH, RTLD_NOW);
+  REQUIRE(lib != nullptr);
+  auto init = reinterpret_cast<FakeInit>(dlsym(lib, "cuInit"));
+  auto declare = reinterpret_cast<FakeDeclare>(dlsym(lib, "nnfFakeCudaDeclare"));
+  REQUIRE(init != nullptr && declare != nullptr);
+  REQUIRE(init(0) == 0);
+  declare(buf, len, 0);
+}
+
+class EfaRules : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EfaRules, PresentsEfaAttributes) {
+  EXPECT_TRUE(runChildren(1, [&](int, int) {
+    childEnv(GetParam());
+    fi_info* info = query(Options{});
+    REQUIRE(info != nullptr);
+    for (fi_info* entry = info; entry != nullptr; entry = entry->next) {
+      REQUIRE(std::string(entry->fabric_attr->prov_name) == "efa");
+      REQUIRE(std::string(entry->fabric_attr->name) == "efa");
+      std::string domain = entry->domain_attr->name;
+      REQUIRE(domain.rfind("efa-", 0) == 0 && domain.size() > 8);
+      REQUIRE(domain.substr(domain.size() - 4) == "-rdm");
+      uint64_t mrMode = static_cast<uint64_t>(entry->domain_attr->mr_mode);
+      uint64_t want = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_HMEM;
+      REQUIRE(mrMode == want);
+      REQUIRE(entry->caps & FI_HMEM);
+      REQUIRE((entry->caps & (FI_TAGGED | FI_RMA)) == (FI_TAGGED | FI_RMA));
+      REQUIRE(entry->ep_attr->type == FI_EP_RDM);
+      REQUIRE(entry->ep_attr->mem_tag_format == 0xAAAAAAAAAAAAAAAAULL);
+      REQUIRE(entry->domain_attr->cq_data_size == 8);
+      REQUIRE(entry->tx_attr->inject_size > 0 && entry->tx_attr->inject_size <= 4032);
+    }
+    fi_freeinfo(info);
+    // Narrower tags and no FI_HMEM on demand.
+    setenv("NNF_EFA_RULES_TAG_BITS", "48", 1);
+    setenv("NNF_EFA_RULES_HMEM", "0", 1);
+    Options host;
+    host.hmem = false;
+    info = query(host);
+    REQUIRE(info != nullptr);
+    REQUIRE(info->ep_attr->mem_tag_format == (1ULL << 48) - 1);
+    REQUIRE((info->caps & FI_HMEM) == 0);
+    REQUIRE((info->domain_attr->mr_mode & FI_MR_HMEM) == 0);
+    fi_freeinfo(info);
+    REQUIRE(query(Options{}) == nullptr);  // FI_HMEM asked for, not offered
+  }));
+}
+
+// Tagged messages, RMA writedata and read between two processes, with every rule kept: the
+// bytes arrive and nothing is reported.
+TEST_P(EfaRules, MovesBytesAndReportsNothingWhenRulesAreKept) {
+  EXPECT_TRUE(runChildren(2, [&](int me, int fd) {
+    childEnv(GetParam());
+    Node node;
+    node.open(Options{});
+    node.enable();
+    node.exchange(fd);
+    constexpr size_t kSize = 256 * 1024;
+    std::vector<unsigned char> buf(kSize);
+    fid_mr* mr = node.reg(buf.data(), kSize,
+                          FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE);
+    fi_context2 ctx{};
+    if (me == 0) {
+      // Receive a tagged message, then expose the buffer for the peer's write and read.
+      REQUIRE(fi_trecv(node.ep, buf.data(), kSize, fi_mr_desc(mr), node.peer, 7, 0, &ctx) == 0);
+      REQUIRE(node.waitOne() == &ctx);
+      for (size_t i = 0; i < kSize; ++i) REQUIRE(buf[i] == static_cast<unsigned char>(i * 7));
+      uint64_t target[2] = {reinterpret_cast<uintptr_t>(buf.data()), fi_mr_key(mr)};
+      sendAll(fd, target, sizeof(target));
+      fi_cq_tagged_entry entry{};
+      node.waitOne(&entry);  // the remote write's data
+      REQUIRE((entry.flags & FI_REMOTE_CQ_DATA) && entry.data == 0x1234);
+      for (size_t i = 0; i < 4096; ++i) REQUIRE(buf[i] == static_cast<unsigned char>(i * 3));
+      char done = 0;
+      recvAll(fd, &done, 1);  // the peer has read
+    } else {
+      for (size_t i = 0; i < kSize; ++i) buf[i] = static_cast<unsigned char>(i * 7);
+      REQUIRE(fi_tsend(node.ep, buf.data(), kSize, fi_mr_desc(mr), node.peer, 7, &ctx) == 0);
+      REQUIRE(node.waitOne() == &ctx);
+      uint64_t target[2];
+      recvAll(fd, target, sizeof(target));
+      for (size_t i = 0; i < 4096; ++i) buf[i] = static_cast<unsigned char>(i * 3);
+      REQUIRE(fi_writedata(node.ep, buf.data(), 4096, fi_mr_desc(mr), 0x1234, node.peer, target[0],
+                           target[1], &ctx) == 0);
+      REQUIRE(node.waitOne() == &ctx);
+      std::vector<unsigned char> back(4096);
+      fid_mr* backMr = node.reg(back.data(), back.size(), FI_READ);
+      REQUIRE(fi_read(node.ep, back.data(), back.size(), fi_mr_desc(backMr), node.peer, target[0],
+                      target[1], &ctx) == 0);
+      REQUIRE(node.waitOne() == &ctx);
+      for (size_t i = 0; i < 4096; ++i) REQUIRE(back[i] == static_cast<unsigned char>(i * 3));
+      char done = 1;
+      sendAll(fd, &done, 1);
+      fi_close(&backMr->fid);
+    }
+    REQUIRE(node.violations() == 0);
+    REQUIRE(readReport().empty());
+    fi_close(&mr->fid);
+    node.close();
+  }));
+}
+
+// 1200 tagged messages in batches: every completion arrives exactly once, and not always in
+// posting order.
+TEST_P(EfaRules, ReordersCompletionsWithoutLosingAny) {
+  EXPECT_TRUE(runChildren(2, [&](int me, int fd) {
+    childEnv(GetParam());
+    Node node;
+    node.open(Options{});
+    node.enable();
+    node.exchange(fd);
+    constexpr int kBatch = 200;
+    constexpr int kMessages = 1200;
+    std::vector<uint64_t> slots(kMessages);
+    fid_mr* mr = node.reg(slots.data(), slots.size() * sizeof(uint64_t), FI_SEND | FI_RECV);
+    std::vector<fi_context2> contexts(kMessages);
+    std::set<int> seen;
+    bool outOfOrder = false;
+    for (int first = 0; first < kMessages; first += kBatch) {
+      for (int i = first; i < first + kBatch; ++i) {
+        slots[i] = me == 1 ? 0xabc000 + i : 0;
+        ssize_t ret;
+        do {
+          ret = me == 0 ? fi_trecv(node.ep, &slots[i], 8, fi_mr_desc(mr), node.peer, i, 0,
+                                   &contexts[i])
+                        : fi_tsend(node.ep, &slots[i], 8, fi_mr_desc(mr), node.peer, i,
+                                   &contexts[i]);
+        } while (ret == -FI_EAGAIN);
+        REQUIRE(ret == 0);
+      }
+      int last = first - 1;
+      for (int done = 0; done < kBatch; ++done) {
+        void* ctx = node.waitOne();
+        int index = static_cast<int>(static_cast<fi_context2*>(ctx) - contexts.data());
+        REQUIRE(index >= first && index < first + kBatch);
+        REQUIRE(seen.insert(index).second);
+        if (index < last) outOfOrder = true;
+        last = index;
+        if (me == 0) REQUIRE(slots[index] == 0xabc000u + static_cast<unsigned>(index));
+      }
+    }
+    REQUIRE(static_cast<int>(seen.size()) == kMessages);
+    REQUIRE(outOfOrder);
+    fi_close(&mr->fid);
+    node.close();
+  }));
+}
+
+TEST_P(EfaRules, MissingDescriptorFailsThePost) {
+  EXPECT_TRUE(runChildren(1, [&](int, int) {
+    childEnv(GetParam());
+    Node node;
+    node.open(Options{});
+    node.enable();
+    std::vector<char> buf(8192), other(64);
+    fi_context2 ctx{};
+    REQUIRE(fi_tsend(node.ep, buf.data(), 64, nullptr, node.self, 1, &ctx) == 0);
+    expectViolation(node, node.waitError(), &ctx, 1, "missing-descriptor");
+    // A descriptor of another buffer does not cover this one.
+    fid_mr* mr = node.reg(other.data(), other.size(), FI_RECV);
+    REQUIRE(fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, 0, &ctx) == 0);
+    REQUIRE(node.waitError().prov_errno == kProvErrnoBase + 1);
+    REQUIRE(node.violations() == 2);
+    fi_close(&mr->fid);
+    node.close();
+  }));
+}
+
+TEST_P(EfaRules, InjectFromDeviceMemoryIsRefused) {
+  EXPECT_TRUE(runChildren(1, [&](int, int) {
+    childEnv(GetParam());
+    std::vector<char> device(4096), registered(4096), host(64);
+    declareDevice(device.data(), device.size());
+    Node node;
+    node.open(Options{});
+    node.enable();
+    REQUIRE(fi_tinject(node.ep, device.data() + 128, 64, node.self, 1) == -FI_EINVAL);
+    REQUIRE(readReport().rfind("inject-device-memory ", 0) == 0);
+    // Memory registered as CUDA memory counts too, even where the driver never saw it.
+    fid_mr* mr = node.reg(registered.data(), registered.size(), FI_SEND, FI_HMEM_CUDA);
+    REQUIRE(fi_inject(node.ep, registered.data(), 16, node.self) == -FI_EINVAL);
+    REQUIRE(fi_tinjectdata(node.ep, registered.data(), 16, 5, node.self, 1) == -FI_EINVAL);
+    REQUIRE(node.violations() == 3);
+    // Host memory injects fine.
+    REQUIRE(fi_tinject(node.ep, host.data(), 16, node.self, 1) == 0);
+    REQUIRE(node.violations() == 3);
+    fi_context2 ctx{};
+    std::vector<char> sink(64);
+    fid_mr* sinkMr = node.reg(sink.data(), sink.size(), FI_RECV);
+    REQUIRE(fi_trecv(node.ep, sink.data(), 64, fi_mr_desc(sinkMr), node.self, 1, 0, &ctx) == 0);
+    REQUIRE(node.waitOne() == &ctx);
+    fi_close(&sinkMr->fid);
+    fi_close(&mr->fid);
+    node.close();
+  }));
+}
+
+TEST_P(EfaRules, OptionAfterEnableIsRefused) {
+  EXPECT_TRUE(runChildren(1, [&](int, int) {
+    childEnv(GetParam());
+    Node node;
+    node.open(Options{});
+    node.enable();
+    REQUIRE(node.setBool(kOptSendrecv128, true) == -FI_EOPBADSTATE);
+    REQUIRE(readReport().rfind("option-after-enable ", 0) == 0);
+    REQUIRE(node.violations() == 1);
+    node.close();
+  }));
+}
+
+TEST_P(EfaRules, TagOutsideTheFormatFailsThePost) {
+  EXPECT_TRUE(runChildren(1, [&](int, int) {
+    childEnv(GetParam());
+    setenv("NNF_EFA_RULES_TAG_BITS", "48", 1);
+    Node node;
+    node.open(Options{});
+    node.enable();
+    std::vector<char> buf(64);
+    fid_mr* mr = node.reg(buf.data(), buf.size(), FI_SEND | FI_RECV);
+    fi_context2 ctx{};
+    REQUIRE(fi_tsend(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1ULL << 50, &ctx) == 0);
+    expectViolation(node, node.waitError(), &ctx, 4, "tag-format");
+    REQUIRE(fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, ~0ULL, &ctx) == 0);
+    REQUIRE(node.waitError().prov_errno == kProvErrnoBase + 4);
+    fi_close(&mr->fid);
+    node.close();
+  }));
+}
+
+TEST_P(EfaRules, EnableWithCudaApiPermittedIsReported) {
+  EXPECT_TRUE(runChildren(1, [&](int, int) {
+    childEnv(GetParam());
+    Node node;
+    Options setup;
+    setup.cleanOptions = false;
+    node.open(setup);
+    node.enable();
+    REQUIRE(readReport().rfind("cuda-api-permitted ", 0) == 0);
+    REQUIRE(node.violations() == 1);
+    node.close();
+  }));
+}
+
+TEST_P(EfaRules, ReadFromOwnAddressNeedsSharedMemoryOff) {
+  EXPECT_TRUE(runChildren(1, [&](int, int) {
+    childEnv(GetParam());
+    Node node;
+    Options setup;
+    setup.cleanOptions = false;
+    setup.hmem = false;  // keep cuda-api-permitted and ll128-order out of this test
+    node.open(setup);
+    node.enable();
+    std::vector<char> word(8), flushed(8);
+    fid_mr* src = node.reg(word.data(), word.size(), FI_REMOTE_READ);
+    fid_mr* dst = node.reg(flushed.data(), flushed.size(), FI_READ);
+    fi_context2 ctx{};
+    REQUIRE(fi_read(node.ep, flushed.data(), 8, fi_mr_desc(dst), node.self,
+                    reinterpret_cast<uintptr_t>(word.data()), fi_mr_key(src), &ctx) == 0);
+    expectViolation(node, node.waitError(), &ctx, 6, "shared-memory-read");
+    REQUIRE(node.violations() == 1);
+    fi_close(&dst->fid);
+    fi_close(&src->fid);
+    node.close();
+  }));
+}
+
+TEST_P(EfaRules, TransferWithoutInOrder128IsReportedUnlessSimple) {
+  for (const char* proto : {"", "Simple"}) {
+    EXPECT_TRUE(runChildren(1, [&](int, int) {
+      childEnv(GetParam());
+      if (*proto != '\0') setenv("NCCL_PROTO", proto, 1);
+      else unsetenv("NCCL_PROTO");
+      Node node;
+      Options setup;
+      setup.cleanOptions = false;
+      node.open(setup);
+      REQUIRE(node.setBool(kOptCudaApiPermitted, false) == 0);
+      REQUIRE(node.setBool(kOptSharedMemoryPermitted, false) == 0);
+      node.enable();
+      std::vector<char> buf(64);
+      fid_mr* mr = node.reg(buf.data(), buf.size(), FI_SEND | FI_RECV);
+      fi_context2 ctx{};
+      REQUIRE(fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, 0, &ctx) == 0);
+      if (*proto == '\0') {
+        expectViolation(node, node.waitError(), &ctx, 7, "ll128-order");
+        // Once per endpoint: the next post goes through.
+        REQUIRE(fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, 0, &ctx) == 0);
+      }
+      fi_context2 sendCtx{};
+      REQUIRE(fi_tsend(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, &sendCtx) == 0);
+      node.waitOne();
+      node.waitOne();
+      REQUIRE(node.violations() == (*proto == '\0' ? 1u : 0u));
+      fi_close(&mr->fid);
+      node.close();
+    }));
+  }
+}
+
+TEST_P(EfaRules, RefusedOptionsReturnNotSupported) {
+  const char* names[] = {"cuda_api_permitted", "shared_memory_permitted",
+                         "sendrecv_in_order_aligned_128_bytes", "write_in_order_aligned_128_bytes"};
+  const int options[] = {kOptCudaApiPermitted, kOptSharedMemoryPermitted, kOptSendrecv128,
+                         kOptWrite128};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(runChildren(1, [&](int, int) {
+      childEnv(GetParam());
+      setenv("NNF_EFA_RULES_REFUSE", names[i], 1);
+      Node node;
+      Options setup;
+      setup.cleanOptions = false;
+      node.open(setup);
+      for (int j = 0; j < 4; ++j) {
+        bool value = j >= 2;
+        REQUIRE(node.setBool(options[j], value) == (i == j ? -FI_EOPNOTSUPP : 0));
+      }
+      node.close();
+    })) << names[i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Base, EfaRules, ::testing::Values("tcp", "shm"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace

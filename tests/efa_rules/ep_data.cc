@@ -1,0 +1,543 @@
+// The endpoint's data operations (msg, tagged, RMA): each post is checked against EFA's rules,
+// its descriptors translated to the base's, and forwarded. A broken rule turns the post into an
+// error completion (or -FI_EINVAL for an inject, which has no completion).
+#include <sys/uio.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "efa_rules.h"
+
+namespace efa_rules {
+namespace {
+
+constexpr size_t kMaxIov = 16;
+
+enum class Kind { kMsg, kTagged, kRead, kWrite };
+
+struct Post {
+  Kind kind;
+  bool recv = false;
+  bool inject = false;
+  const iovec* iov = nullptr;
+  void* const* desc = nullptr;
+  size_t count = 0;
+  uint64_t tag = 0;
+  uint64_t ignore = 0;
+  fi_addr_t addr = FI_ADDR_UNSPEC;
+  void* context = nullptr;
+  const char* op = "";
+};
+
+Ep* epOf(fid_ep* ep) {
+  return reinterpret_cast<Ep*>(ep);
+}
+
+uint64_t completionFlags(const Post& post) {
+  switch (post.kind) {
+    case Kind::kMsg:
+      return FI_MSG | (post.recv ? FI_RECV : FI_SEND);
+    case Kind::kTagged:
+      return FI_TAGGED | (post.recv ? FI_RECV : FI_SEND);
+    case Kind::kRead:
+      return FI_RMA | FI_READ;
+    case Kind::kWrite:
+      return FI_RMA | FI_WRITE;
+  }
+  return 0;
+}
+
+std::string describe(const Post& post, size_t i) {
+  char text[160];
+  std::snprintf(text, sizeof(text), "%s buffer %p length %zu", post.op,
+                post.iov != nullptr && i < post.count ? post.iov[i].iov_base : nullptr,
+                post.iov != nullptr && i < post.count ? post.iov[i].iov_len : 0);
+  return text;
+}
+
+bool isOwnAddress(Ep* ep, fi_addr_t addr) {
+  if (ep->av == nullptr || ep->ownName.empty()) return false;
+  char name[256];
+  size_t len = sizeof(name);
+  if (fi_av_lookup(ep->av->base, addr, name, &len) != 0) return false;
+  return len == ep->ownName.size() && std::memcmp(name, ep->ownName.data(), len) == 0;
+}
+
+// The first broken rule of a post, with its detail; 0 when all hold.
+Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
+  if (post.kind == Kind::kTagged) {
+    uint64_t bits = post.tag | (post.recv ? post.ignore : 0);
+    if (bits & ~ep->domain->tagMask) {
+      char text[160];
+      std::snprintf(text, sizeof(text), "%s tag 0x%llx ignore 0x%llx outside mem_tag_format 0x%llx",
+                    post.op, static_cast<unsigned long long>(post.tag),
+                    static_cast<unsigned long long>(post.ignore),
+                    static_cast<unsigned long long>(ep->domain->tagMask));
+      *detail = text;
+      return Rule::kTagFormat;
+    }
+  }
+  for (size_t i = 0; post.inject && i < post.count; ++i) {
+    const void* buf = post.iov[i].iov_base;
+    if (registeredAsDevice(buf, post.iov[i].iov_len) || driverSaysDevice(buf)) {
+      *detail = describe(post, i) + " is device memory (inject copies with the CPU)";
+      return Rule::kInjectDeviceMemory;
+    }
+  }
+  if (ep->domain->mrLocal && !post.inject) {
+    for (size_t i = 0; i < post.count; ++i) {
+      if (post.iov[i].iov_len == 0) continue;
+      Mr* mr = post.desc != nullptr ? liveMr(post.desc[i]) : nullptr;
+      auto start = reinterpret_cast<uintptr_t>(post.iov[i].iov_base);
+      if (mr == nullptr) {
+        *detail = describe(post, i) + (post.desc == nullptr || post.desc[i] == nullptr
+                                           ? " has no descriptor"
+                                           : " has a descriptor that is no live MR");
+        return Rule::kMissingDescriptor;
+      }
+      if (start < mr->start || start + post.iov[i].iov_len > mr->end) {
+        *detail = describe(post, i) + " is not covered by its descriptor's MR";
+        return Rule::kMissingDescriptor;
+      }
+    }
+  }
+  if (post.kind == Kind::kRead && ep->options.sharedMemoryPermitted != 0 &&
+      isOwnAddress(ep, post.addr)) {
+    *detail = describe(post, 0) +
+              " reads from our own address while FI_OPT_SHARED_MEMORY_PERMITTED is not false";
+    return Rule::kSharedMemoryRead;
+  }
+  if (ep->hmem && !ep->ll128Reported && post.kind != Kind::kRead) {
+    int which = post.kind == Kind::kWrite ? 1 : 0;
+    if (!ep->ll128Checked[which]) {
+      ep->ll128Checked[which] = true;
+      int option = which == 1 ? ep->options.write128 : ep->options.sendrecv128;
+      const char* proto = std::getenv("NCCL_PROTO");
+      if (option != 1 && (proto == nullptr || std::strcmp(proto, "Simple") != 0)) {
+        ep->ll128Reported = true;
+        *detail = std::string(post.op) + ": FI_OPT_EFA_" +
+                  (which == 1 ? "WRITE" : "SENDRECV") +
+                  "_IN_ORDER_ALIGNED_128_BYTES not set while NCCL_PROTO is " +
+                  (proto != nullptr ? proto : "unset");
+        return Rule::kLl128Order;
+      }
+    }
+  }
+  return static_cast<Rule>(0);
+}
+
+// Checks a post and fills the base descriptors; false with *ret set when the post must not be
+// forwarded.
+bool admit(Ep* ep, const Post& post, void** baseDesc, ssize_t* ret) {
+  if (post.count > kMaxIov) {
+    *ret = -FI_EINVAL;
+    return false;
+  }
+  std::string detail;
+  Rule rule = firstBrokenRule(ep, post, &detail);
+  if (rule != static_cast<Rule>(0)) {
+    int provErrno = violation(rule, detail);
+    Cq* cq = post.recv ? ep->rxCq : ep->txCq;
+    if (post.inject || cq == nullptr) {
+      *ret = -FI_EINVAL;
+    } else {
+      cq->pushError(post.context, completionFlags(post), provErrno);
+      *ret = 0;
+    }
+    return false;
+  }
+  for (size_t i = 0; i < post.count; ++i) {
+    Mr* mr = post.desc != nullptr ? liveMr(post.desc[i]) : nullptr;
+    baseDesc[i] = mr != nullptr ? fi_mr_desc(mr->base) : nullptr;
+  }
+  return true;
+}
+
+// --- msg
+ssize_t recv(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, void* ctx) {
+  Ep* ep = epOf(f);
+  iovec iov{buf, len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kMsg, true, false, &iov, &desc, 1, 0, 0, src, ctx, "fi_recv"}, bd, &ret))
+    return ret;
+  return fi_recv(ep->base, buf, len, bd[0], src, ctx);
+}
+ssize_t recvv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src, void* ctx) {
+  Ep* ep = epOf(f);
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kMsg, true, false, iov, desc, count, 0, 0, src, ctx, "fi_recvv"}, bd,
+             &ret))
+    return ret;
+  return fi_recvv(ep->base, iov, bd, count, src, ctx);
+}
+ssize_t recvmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
+  Ep* ep = epOf(f);
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep,
+             {Kind::kMsg, true, false, msg->msg_iov, msg->desc, msg->iov_count, 0, 0, msg->addr,
+              msg->context, "fi_recvmsg"},
+             bd, &ret))
+    return ret;
+  fi_msg copy = *msg;
+  copy.desc = bd;
+  return fi_recvmsg(ep->base, &copy, flags);
+}
+ssize_t send(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest, void* ctx) {
+  Ep* ep = epOf(f);
+  iovec iov{const_cast<void*>(buf), len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kMsg, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_send"}, bd, &ret))
+    return ret;
+  return fi_send(ep->base, buf, len, bd[0], dest, ctx);
+}
+ssize_t sendv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t dest, void* ctx) {
+  Ep* ep = epOf(f);
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kMsg, false, false, iov, desc, count, 0, 0, dest, ctx, "fi_sendv"}, bd,
+             &ret))
+    return ret;
+  return fi_sendv(ep->base, iov, bd, count, dest, ctx);
+}
+ssize_t sendmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
+  Ep* ep = epOf(f);
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep,
+             {Kind::kMsg, false, (flags & FI_INJECT) != 0, msg->msg_iov, msg->desc,
+              msg->iov_count, 0, 0, msg->addr, msg->context, "fi_sendmsg"},
+             bd, &ret))
+    return ret;
+  fi_msg copy = *msg;
+  copy.desc = bd;
+  return fi_sendmsg(ep->base, &copy, flags);
+}
+ssize_t inject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest) {
+  Ep* ep = epOf(f);
+  iovec iov{const_cast<void*>(buf), len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kMsg, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject"},
+             bd, &ret))
+    return ret;
+  return fi_inject(ep->base, buf, len, dest);
+}
+ssize_t senddata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data,
+                 fi_addr_t dest, void* ctx) {
+  Ep* ep = epOf(f);
+  iovec iov{const_cast<void*>(buf), len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kMsg, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_senddata"}, bd,
+             &ret))
+    return ret;
+  return fi_senddata(ep->base, buf, len, bd[0], data, dest, ctx);
+}
+ssize_t injectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest) {
+  Ep* ep = epOf(f);
+  iovec iov{const_cast<void*>(buf), len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep,
+             {Kind::kMsg, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_injectdata"},
+             bd, &ret))
+    return ret;
+  return fi_injectdata(ep->base, buf, len, data, dest);
+}
+
+// --- tagged
+ssize_t trecv(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, uint64_t tag,
+              uint64_t ignore, void* ctx) {
+  Ep* ep = epOf(f);
+  iovec iov{buf, len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kTagged, true, false, &iov, &desc, 1, tag, ignore, src, ctx, "fi_trecv"},
+             bd, &ret))
+    return ret;
+  return fi_trecv(ep->base, buf, len, bd[0], src, tag, ignore, ctx);
+}
+ssize_t trecvv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src,
+               uint64_t tag, uint64_t ignore, void* ctx) {
+  Ep* ep = epOf(f);
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep,
+             {Kind::kTagged, true, false, iov, desc, count, tag, ignore, src, ctx, "fi_trecvv"},
+             bd, &ret))
+    return ret;
+  return fi_trecvv(ep->base, iov, bd, count, src, tag, ignore, ctx);
+}
+ssize_t trecvmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
+  Ep* ep = epOf(f);
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep,
+             {Kind::kTagged, true, false, msg->msg_iov, msg->desc, msg->iov_count, msg->tag,
+              msg->ignore, msg->addr, msg->context, "fi_trecvmsg"},
+             bd, &ret))
+    return ret;
+  fi_msg_tagged copy = *msg;
+  copy.desc = bd;
+  return fi_trecvmsg(ep->base, &copy, flags);
+}
+ssize_t tsend(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest, uint64_t tag,
+              void* ctx) {
+  Ep* ep = epOf(f);
+  iovec iov{const_cast<void*>(buf), len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kTagged, false, false, &iov, &desc, 1, tag, 0, dest, ctx, "fi_tsend"}, bd,
+             &ret))
+    return ret;
+  return fi_tsend(ep->base, buf, len, bd[0], dest, tag, ctx);
+}
+ssize_t tsendv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t dest,
+               uint64_t tag, void* ctx) {
+  Ep* ep = epOf(f);
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kTagged, false, false, iov, desc, count, tag, 0, dest, ctx, "fi_tsendv"},
+             bd, &ret))
+    return ret;
+  return fi_tsendv(ep->base, iov, bd, count, dest, tag, ctx);
+}
+ssize_t tsendmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
+  Ep* ep = epOf(f);
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep,
+             {Kind::kTagged, false, (flags & FI_INJECT) != 0, msg->msg_iov, msg->desc,
+              msg->iov_count, msg->tag, 0, msg->addr, msg->context, "fi_tsendmsg"},
+             bd, &ret))
+    return ret;
+  fi_msg_tagged copy = *msg;
+  copy.desc = bd;
+  return fi_tsendmsg(ep->base, &copy, flags);
+}
+ssize_t tinject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t tag) {
+  Ep* ep = epOf(f);
+  iovec iov{const_cast<void*>(buf), len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep,
+             {Kind::kTagged, false, true, &iov, nullptr, 1, tag, 0, dest, nullptr, "fi_tinject"},
+             bd, &ret))
+    return ret;
+  return fi_tinject(ep->base, buf, len, dest, tag);
+}
+ssize_t tsenddata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data,
+                  fi_addr_t dest, uint64_t tag, void* ctx) {
+  Ep* ep = epOf(f);
+  iovec iov{const_cast<void*>(buf), len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep,
+             {Kind::kTagged, false, false, &iov, &desc, 1, tag, 0, dest, ctx, "fi_tsenddata"}, bd,
+             &ret))
+    return ret;
+  return fi_tsenddata(ep->base, buf, len, bd[0], data, dest, tag, ctx);
+}
+ssize_t tinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
+                    uint64_t tag) {
+  Ep* ep = epOf(f);
+  iovec iov{const_cast<void*>(buf), len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(
+          ep,
+          {Kind::kTagged, false, true, &iov, nullptr, 1, tag, 0, dest, nullptr, "fi_tinjectdata"},
+          bd, &ret))
+    return ret;
+  return fi_tinjectdata(ep->base, buf, len, data, dest, tag);
+}
+
+// --- RMA
+ssize_t rread(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, uint64_t addr,
+              uint64_t key, void* ctx) {
+  Ep* ep = epOf(f);
+  iovec iov{buf, len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kRead, false, false, &iov, &desc, 1, 0, 0, src, ctx, "fi_read"}, bd, &ret))
+    return ret;
+  return fi_read(ep->base, buf, len, bd[0], src, addr, key, ctx);
+}
+ssize_t rreadv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src,
+               uint64_t addr, uint64_t key, void* ctx) {
+  Ep* ep = epOf(f);
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kRead, false, false, iov, desc, count, 0, 0, src, ctx, "fi_readv"}, bd,
+             &ret))
+    return ret;
+  return fi_readv(ep->base, iov, bd, count, src, addr, key, ctx);
+}
+ssize_t rreadmsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
+  Ep* ep = epOf(f);
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep,
+             {Kind::kRead, false, false, msg->msg_iov, msg->desc, msg->iov_count, 0, 0, msg->addr,
+              msg->context, "fi_readmsg"},
+             bd, &ret))
+    return ret;
+  fi_msg_rma copy = *msg;
+  copy.desc = bd;
+  return fi_readmsg(ep->base, &copy, flags);
+}
+ssize_t rwrite(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest, uint64_t addr,
+               uint64_t key, void* ctx) {
+  Ep* ep = epOf(f);
+  iovec iov{const_cast<void*>(buf), len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kWrite, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_write"}, bd,
+             &ret))
+    return ret;
+  return fi_write(ep->base, buf, len, bd[0], dest, addr, key, ctx);
+}
+ssize_t rwritev(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t dest,
+                uint64_t addr, uint64_t key, void* ctx) {
+  Ep* ep = epOf(f);
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kWrite, false, false, iov, desc, count, 0, 0, dest, ctx, "fi_writev"}, bd,
+             &ret))
+    return ret;
+  return fi_writev(ep->base, iov, bd, count, dest, addr, key, ctx);
+}
+ssize_t rwritemsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
+  Ep* ep = epOf(f);
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep,
+             {Kind::kWrite, false, (flags & FI_INJECT) != 0, msg->msg_iov, msg->desc,
+              msg->iov_count, 0, 0, msg->addr, msg->context, "fi_writemsg"},
+             bd, &ret))
+    return ret;
+  fi_msg_rma copy = *msg;
+  copy.desc = bd;
+  return fi_writemsg(ep->base, &copy, flags);
+}
+ssize_t rinject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t addr,
+                uint64_t key) {
+  Ep* ep = epOf(f);
+  iovec iov{const_cast<void*>(buf), len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep,
+             {Kind::kWrite, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject_write"},
+             bd, &ret))
+    return ret;
+  return fi_inject_write(ep->base, buf, len, dest, addr, key);
+}
+ssize_t rwritedata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data,
+                   fi_addr_t dest, uint64_t addr, uint64_t key, void* ctx) {
+  Ep* ep = epOf(f);
+  iovec iov{const_cast<void*>(buf), len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep, {Kind::kWrite, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_writedata"},
+             bd, &ret))
+    return ret;
+  return fi_writedata(ep->base, buf, len, bd[0], data, dest, addr, key, ctx);
+}
+ssize_t rinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
+                    uint64_t addr, uint64_t key) {
+  Ep* ep = epOf(f);
+  iovec iov{const_cast<void*>(buf), len};
+  void* bd[kMaxIov];
+  ssize_t ret;
+  if (!admit(ep,
+             {Kind::kWrite, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr,
+              "fi_inject_writedata"},
+             bd, &ret))
+    return ret;
+  return fi_inject_writedata(ep->base, buf, len, data, dest, addr, key);
+}
+
+fi_ops_rma makeRmaOps() {
+  fi_ops_rma ops{};
+  ops.size = sizeof(ops);
+  ops.read = rread;
+  ops.readv = rreadv;
+  ops.readmsg = rreadmsg;
+  ops.write = rwrite;
+  ops.writev = rwritev;
+  ops.writemsg = rwritemsg;
+  ops.inject = rinject;
+  ops.writedata = rwritedata;
+  ops.injectdata = rinjectdata;
+  return ops;
+}
+
+fi_ops_msg makeMsgOps() {
+  fi_ops_msg ops{};
+  ops.size = sizeof(ops);
+  ops.recv = recv;
+  ops.recvv = recvv;
+  ops.recvmsg = recvmsg;
+  ops.send = send;
+  ops.sendv = sendv;
+  ops.sendmsg = sendmsg;
+  ops.inject = inject;
+  ops.senddata = senddata;
+  ops.injectdata = injectdata;
+  return ops;
+}
+
+fi_ops_tagged makeTaggedOps() {
+  fi_ops_tagged ops{};
+  ops.size = sizeof(ops);
+  ops.recv = trecv;
+  ops.recvv = trecvv;
+  ops.recvmsg = trecvmsg;
+  ops.send = tsend;
+  ops.sendv = tsendv;
+  ops.sendmsg = tsendmsg;
+  ops.inject = tinject;
+  ops.senddata = tsenddata;
+  ops.injectdata = tinjectdata;
+  return ops;
+}
+
+fi_ops_atomic makeAtomicOps() {
+  fi_ops_atomic ops{};
+  ops.size = sizeof(ops);
+  nosys(ops.write);
+  nosys(ops.writev);
+  nosys(ops.writemsg);
+  nosys(ops.inject);
+  nosys(ops.readwrite);
+  nosys(ops.readwritev);
+  nosys(ops.readwritemsg);
+  nosys(ops.compwrite);
+  nosys(ops.compwritev);
+  nosys(ops.compwritemsg);
+  nosys(ops.writevalid);
+  nosys(ops.readwritevalid);
+  nosys(ops.compwritevalid);
+  return ops;
+}
+
+fi_ops_msg g_msgOps = makeMsgOps();
+fi_ops_tagged g_taggedOps = makeTaggedOps();
+fi_ops_atomic g_atomicOps = makeAtomicOps();
+fi_ops_rma g_rmaOps = makeRmaOps();
+
+}  // namespace
+
+void installDataOps(Ep* ep) {
+  ep->fid.msg = &g_msgOps;
+  ep->fid.tagged = &g_taggedOps;
+  ep->fid.rma = &g_rmaOps;
+  ep->fid.atomic = &g_atomicOps;
+}
+
+}  // namespace efa_rules

@@ -1,0 +1,88 @@
+// EFA-rules provider: a libfabric provider for tests only (libefa-rules-fi.so, loaded by the
+// core through FI_PROVIDER_PATH). It presents itself as "efa" with EFA RDM's attributes, carries
+// the bytes over a real provider underneath, hands completions back out of order as SRD may,
+// and fails loudly when a caller breaks one of EFA's rules.
+//
+// Environment (read when objects are opened, except where noted):
+//   NNF_EFA_RULES_BASE      base provider: tcp (default) or shm
+//   NNF_EFA_RULES_HMEM      0: do not claim FI_HMEM (default 1)
+//   NNF_EFA_RULES_REORDER   0: completions in base order (default 1: seeded random order)
+//   NNF_EFA_RULES_SEED      seed of the reordering (default 0x5eed0efa)
+//   NNF_EFA_RULES_TAG_BITS  mem_tag_format = mask of that many low bits (default FI_TAG_GENERIC)
+//   NNF_EFA_RULES_DMABUF    1: accept FI_MR_DMABUF registrations (default 0: -FI_EOPNOTSUPP)
+//   NNF_EFA_RULES_REFUSE    comma list of options whose setopt returns -FI_EOPNOTSUPP:
+//                           cuda_api_permitted, shared_memory_permitted, rnr_retry,
+//                           use_device_rdma, sendrecv_in_order_aligned_128_bytes,
+//                           write_in_order_aligned_128_bytes
+//   NNF_EFA_RULES_REPORT    file to append one line "<rule> <detail>\n" per violation (read at
+//                           each violation)
+//   NCCL_FABRIC_CUDA_LIBRARY  the CUDA driver to ask about device pointers (the fake one in tests)
+//   NCCL_PROTO              read at the first data transfer, for ll128-order
+//
+// Rules (each: report line, stderr "efa-rules: VIOLATION <rule>: <detail>", a process counter
+// readable with getopt(kOptEfaRulesViolations), and an error completion with err FI_EINVAL and
+// prov_errno 0xefa000 + rule number where the operation has a context; injects return -FI_EINVAL):
+//   1 missing-descriptor    FI_MR_LOCAL in effect and a post of >0 bytes without a live MR
+//                           descriptor that covers the buffer
+//   2 inject-device-memory  an inject from memory registered as FI_HMEM_CUDA or that the CUDA
+//                           driver calls device memory
+//   3 option-after-enable   fi_setopt after fi_enable (also returns -FI_EOPBADSTATE)
+//   4 tag-format            a tag (or tag|ignore) with bits outside mem_tag_format
+//   5 cuda-api-permitted    fi_enable with FI_HMEM while FI_OPT_CUDA_API_PERMITTED is not false
+//   6 shared-memory-read    an RMA read from our own address while
+//                           FI_OPT_SHARED_MEMORY_PERMITTED is not false
+//   7 ll128-order           first transfer with FI_HMEM without the in-order-128 option of its
+//                           kind set to true while NCCL_PROTO is not "Simple" (once per endpoint)
+//   8 dmabuf-range          a DMA-BUF registration whose base_addr + offset range is not device
+//                           memory by the CUDA driver
+#include <cstddef>
+
+#include "efa_rules.h"
+
+#if NNF_EFA_RULES_HAVE_FI_PROV_H
+#include <rdma/providers/fi_prov.h>
+#else
+// Debian-style installs without the provider header: the same layout, pinned below.
+extern "C" struct fi_provider {
+  uint32_t version;
+  uint32_t fi_version;
+  struct fi_context context;
+  const char* name;
+  int (*getinfo)(uint32_t version, const char* node, const char* service, uint64_t flags,
+                 const struct fi_info* hints, struct fi_info** info);
+  int (*fabric)(struct fi_fabric_attr* attr, struct fid_fabric** fabric, void* context);
+  void (*cleanup)(void);
+};
+#endif
+
+static_assert(sizeof(fi_provider) == 72, "fi_provider layout");
+static_assert(offsetof(fi_provider, fi_version) == 4, "fi_provider layout");
+static_assert(offsetof(fi_provider, context) == 8, "fi_provider layout");
+static_assert(offsetof(fi_provider, name) == 40, "fi_provider layout");
+static_assert(offsetof(fi_provider, getinfo) == 48, "fi_provider layout");
+static_assert(offsetof(fi_provider, fabric) == 56, "fi_provider layout");
+static_assert(offsetof(fi_provider, cleanup) == 64, "fi_provider layout");
+
+namespace {
+
+void cleanup() {}
+
+fi_provider makeProvider() {
+  fi_provider provider{};
+  provider.version = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
+  provider.fi_version = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
+  provider.name = "efa";
+  provider.getinfo = efa_rules::getinfo;
+  provider.fabric = efa_rules::openFabric;
+  provider.cleanup = cleanup;
+  return provider;
+}
+
+fi_provider g_provider = makeProvider();
+
+}  // namespace
+
+// The core calls this once at load; it must not call back into libfabric.
+extern "C" __attribute__((visibility("default"))) fi_provider* fi_prov_ini(void) {
+  return &g_provider;
+}

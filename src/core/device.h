@@ -4,6 +4,7 @@
 // different comms of a device from several proxy threads at once.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +37,8 @@ struct DeviceProperties {
   float latencyUs = 0;
   int maxComms = 0;
   int maxRecvs = 1;
+  // Largest message one send or receive may carry: the provider's max_msg_size over all rails.
+  size_t maxMessageBytes = SIZE_MAX;
 };
 
 // What the plugin decided a device is: its NICs (rails, leader first) and its properties.

@@ -74,10 +74,11 @@ void writeNcclTopo(const Options& opt, const topology::Plan& plan,
 }
 
 int runOffline(const Options& opt) {
+  config::Config cfg = loadConfig();
+  topology::RailGroups rails = railsFrom(cfg);
   topology::Topology topo = topology::Topology::fromXmlFile(opt.topologyFile);
   std::vector<topology::Nic> nics = topology::listEfaNics(topo);
-  config::Config cfg = loadConfig();
-  topology::Plan plan = topology::planDevices(nics, &topo, railsFrom(cfg));
+  topology::Plan plan = topology::planDevices(nics, &topo, rails);
   writeNcclTopo(opt, plan, nics, topo);
   if (opt.json) {
     printf("%s\n", tools::planJson(plan, nics).c_str());

@@ -32,7 +32,7 @@ if [[ $(id -u) -eq 0 && "${NNF_DEB_INSTALL:-0}" == 1 ]]; then
   dpkg -i "$deb" >"$tmp/dpkg.log" 2>&1 || fail "dpkg -i: $(tail -3 "$tmp/dpkg.log")"
   status=0
   env -u NNF_PLUGIN FI_PROVIDER=shm /usr/bin/fabric-net-info >"$tmp/info.txt" 2>&1 || status=$?
-  dpkg -r nccl-net-fabric >/dev/null 2>&1
+  dpkg -P nccl-net-fabric >/dev/null 2>&1
   [[ $status -eq 0 ]] || fail "packaged fabric-net-info: $(tail -1 "$tmp/info.txt")"
   grep -q '^plugin /usr/bin/../lib/libnccl-net-fabric.so' "$tmp/info.txt" ||
     fail "packaged fabric-net-info did not load /usr/lib's plugin"

@@ -35,20 +35,20 @@ hidden() {
   fi
 }
 
-env -u NNF_PLUGIN FI_PROVIDER=shm hidden "$moved/bin/fabric-net-info" >"$tmp/info.txt" 2>&1 ||
+hidden env -u NNF_PLUGIN FI_PROVIDER=shm "$moved/bin/fabric-net-info" >"$tmp/info.txt" 2>&1 ||
   fail "installed fabric-net-info: $(tail -1 "$tmp/info.txt")"
 grep -q "^plugin $moved/bin/../lib/libnccl-net-fabric.so (Fabric, ncclNetPlugin_v12)" \
   "$tmp/info.txt" || fail "installed fabric-net-info did not load the installed plugin: $(grep '^plugin' "$tmp/info.txt")"
 echo "ok: installed fabric-net-info loads $moved/lib's plugin"
 
-env -u NNF_PLUGIN hidden "$moved/bin/fabric-net-perf" bw --provider shm -q --check -b 1K -e 64K \
+hidden env -u NNF_PLUGIN "$moved/bin/fabric-net-perf" bw --provider shm -q --check -b 1K -e 64K \
   -n 20 >"$tmp/perf.txt" 2>&1 || fail "installed fabric-net-perf: $(tail -3 "$tmp/perf.txt")"
 grep -q 'no mismatch' "$tmp/perf.txt" || fail "installed fabric-net-perf: no data-check line"
 echo "ok: installed fabric-net-perf"
 
 # NCCL's default: dlopen("libnccl-net.so") through LD_LIBRARY_PATH, no NCCL_NET_PLUGIN.
-env -u NNF_PLUGIN FI_PROVIDER=shm LD_LIBRARY_PATH="$moved/lib" \
-  hidden "$moved/bin/fabric-net-info" --plugin libnccl-net.so >"$tmp/alias.txt" 2>&1 ||
+hidden env -u NNF_PLUGIN FI_PROVIDER=shm LD_LIBRARY_PATH="$moved/lib" \
+  "$moved/bin/fabric-net-info" --plugin libnccl-net.so >"$tmp/alias.txt" 2>&1 ||
   fail "libnccl-net.so through LD_LIBRARY_PATH: $(tail -1 "$tmp/alias.txt")"
 echo "ok: libnccl-net.so found through LD_LIBRARY_PATH"
 

@@ -186,7 +186,7 @@ TEST(AbiVersions, InitDevicesAndPropertiesThroughEveryVersion) {
       expectSameDevice(p12, p8);
       expectV9Fields(p12, dev);
       EXPECT_EQ(p12.maxMultiRequestSize, 1);
-      EXPECT_EQ(p12.railId, dev) << "rail = device index (docs/architecture.md)";
+      EXPECT_EQ(p12.railId, dev) << "rail = device index (docs/pytorch.md)";
       EXPECT_EQ(p12.planeId, abi::kNetIdUndef);
     }
 

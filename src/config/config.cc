@@ -27,8 +27,10 @@ void checkRange(const ParamSpec& spec, const std::string& text, int64_t value) {
   if (dots == nullptr) return;
   int64_t lo = strtoll(spec.constraint, nullptr, 10);
   int64_t hi = strtoll(dots + 2, nullptr, 10);
-  if (value < lo || value > hi)
-    fail(spec.envName, text, std::string("a value in ") + spec.constraint);
+  if (value < lo || value > hi) {
+    throw ConfigError(std::string(spec.envName) + "=" + text + " is out of range: expected " +
+                      spec.constraint);
+  }
 }
 
 void checkChoice(const ParamSpec& spec, const std::string& text) {

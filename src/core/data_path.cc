@@ -77,6 +77,11 @@ abi::Result Plugin::isend(void* sendComm, void* data, size_t size, int tag, void
     return abi::kInternalError;
   }
   Device& device = comm->device();
+  if (size > device.properties().maxMessageBytes) {
+    NNF_WARN("isend: %zu bytes exceed the largest message device %d takes (%zu bytes)", size,
+             device.index(), device.properties().maxMessageBytes);
+    return abi::kInvalidArgument;
+  }
   std::lock_guard<fabric::DomainLock> lock(device.domainLock());
   if (comm->peerFailed()) return abi::kRemoteError;
   Request* request = comm->pool().acquire(1);
@@ -113,6 +118,12 @@ abi::Result Plugin::irecv(void* recvComm, int count, void* const* data, const si
     if (data[i] == nullptr && sizes[i] > 0) {
       NNF_WARN("irecv: NULL buffer %d for %zu bytes", i, sizes[i]);
       return abi::kInternalError;
+    }
+    if (sizes[i] > comm->device().properties().maxMessageBytes) {
+      NNF_WARN(
+          "irecv: buffer %d of %zu bytes exceeds the largest message device %d takes (%zu bytes)",
+          i, sizes[i], comm->device().index(), comm->device().properties().maxMessageBytes);
+      return abi::kInvalidArgument;
     }
   }
   Device& device = comm->device();

@@ -4,6 +4,7 @@
 // different comms of a device from several proxy threads at once.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,9 @@ struct DeviceProperties {
   float latencyUs = 0;
   int maxComms = 0;
   int maxRecvs = 1;
+  // Largest message one send or receive may carry: the provider's max_msg_size over all rails,
+  // and never more than the 1 TiB NCCL accepts as maxP2pBytes.
+  size_t maxMessageBytes = abi::kMaxNetSizeBytes;
 };
 
 // What the plugin decided a device is: its NICs (rails, leader first) and its properties.

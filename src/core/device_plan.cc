@@ -69,12 +69,16 @@ DevicePlan planDevices(const fabric::ProviderChoice& choice, const config::Confi
   for (size_t index = 0; index < plan.devices.size(); ++index) {
     const topology::Device& planned = plan.devices[index];
     DeviceSpec spec;
+    DeviceProperties& props = spec.properties;
     for (size_t nic : planned.nics) {
-      spec.rails.push_back(choice.domains[nic].get());
+      const fi_info* info = choice.domains[nic].get();
+      spec.rails.push_back(info);
       spec.railNames.push_back(nics[nic].name);
+      if (info->ep_attr != nullptr && info->ep_attr->max_msg_size > 0) {
+        props.maxMessageBytes = std::min(props.maxMessageBytes, info->ep_attr->max_msg_size);
+      }
     }
     for (const topology::PciAddress& gpu : planned.gpus) spec.gpus.push_back(gpu.str());
-    DeviceProperties& props = spec.properties;
     props.name = topology::deviceName(planned, nics);
     props.pciPath = topology::devicePciPath(planned, nics, topo ? &*topo : nullptr).value_or("");
     props.guid = topology::deviceGuid(planned, nics, index);

@@ -482,7 +482,7 @@ TEST_P(BeforeInit, FailsWithOneWarn) {
   runBare([&] {
     std::unique_ptr<tools::PluginLibrary> library;
     try {
-      library = std::make_unique<tools::PluginLibrary>(pluginPath());
+      library = std::make_unique<tools::PluginLibrary>(pluginPath(), testAbiVersion());
     } catch (const std::exception& error) {
       FAIL() << error.what();
     }

@@ -303,9 +303,16 @@ std::string pluginPath() {
   return tools::defaultPluginPath(NNF_PLUGIN_PATH);
 }
 
+int testAbiVersion() {
+  // The suite is written against v8; NNF_TEST_ABI=v12 (or v6, ...) drives it through another
+  // exported version, adapted to v8's shape as NCCL adapts older plugins to its newest.
+  if (std::getenv("NNF_TEST_ABI") == nullptr) return 8;
+  return tools::abiVersionFromEnv("NNF_TEST_ABI");
+}
+
 void openPlugin(Peer* peer) {
   try {
-    peer->library = std::make_unique<tools::PluginLibrary>(pluginPath());
+    peer->library = std::make_unique<tools::PluginLibrary>(pluginPath(), testAbiVersion());
   } catch (const std::exception& error) {
     FAIL() << error.what();
   }

@@ -95,6 +95,10 @@ void runOneProcess(const Body& body, double timeoutSec = 60, Network network = N
 // exit code, 128 + the signal that killed it, or -1 when it was killed at the timeout.
 int runOneProcessRaw(const Body& body, double timeoutSec);
 
+// The ABI version the suite drives: NNF_TEST_ABI (v6 to v12, 0 for the newest exported), v8
+// when unset. Throws std::runtime_error for anything else.
+int testAbiVersion();
+
 // Loads the plugin and checks init/devices/getProperties; fatal failure when anything is off.
 void openPlugin(Peer* peer);
 

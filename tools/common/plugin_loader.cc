@@ -1,22 +1,34 @@
 #include "plugin_loader.h"
 
 #include <dlfcn.h>
+#include <limits.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 namespace nnf::tools {
 
-PluginLibrary::PluginLibrary(const std::string& path) : path_(path) {
+PluginLibrary::PluginLibrary(const std::string& path, int version) : path_(path) {
   // RTLD_LOCAL like NCCL, so that nothing leaks between the plugin and its host.
   handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle_ == nullptr) throw std::runtime_error("dlopen " + path + ": " + dlerror());
-  net_ = static_cast<const abi::NetV8*>(dlsym(handle_, "ncclNetPlugin_v8"));
-  if (net_ == nullptr) {
-    std::string error = dlerror();
-    dlclose(handle_);
-    throw std::runtime_error("dlsym ncclNetPlugin_v8 in " + path + ": " + error);
+  if (handle_ == nullptr)
+    throw std::runtime_error(std::string("cannot load the plugin: ") + dlerror());
+  int newest = version != 0 ? version : kNewestAbi;
+  int oldest = version != 0 ? version : kOldestAbi;
+  const void* table = nullptr;
+  for (int v = newest; v >= oldest && table == nullptr; --v) {
+    table = dlsym(handle_, ("ncclNetPlugin_v" + std::to_string(v)).c_str());
+    if (table != nullptr) version_ = v;
   }
+  if (table == nullptr) {
+    dlclose(handle_);
+    std::string wanted = version != 0 ? "ncclNetPlugin_v" + std::to_string(version)
+                                      : "any of ncclNetPlugin_v12 to _v6";
+    throw std::runtime_error(path + " is not an NCCL net plugin: it exports no " + wanted);
+  }
+  net_ = adaptToV8(table, version_);
 }
 
 PluginLibrary::~PluginLibrary() {
@@ -46,9 +58,32 @@ const char* resultName(abi::Result result) {
   return "unknown result";
 }
 
+int abiVersionFromEnv(const char* variable) {
+  const char* value = std::getenv(variable);
+  if (value == nullptr || *value == '\0') return 0;
+  std::string text = value[0] == 'v' ? value + 1 : value;
+  char* end = nullptr;
+  long version = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || version < kOldestAbi || version > kNewestAbi) {
+    throw std::runtime_error(std::string(variable) + "=" + value + " is not an ABI version (v" +
+                             std::to_string(kOldestAbi) + "..v" + std::to_string(kNewestAbi) + ")");
+  }
+  return static_cast<int>(version);
+}
+
 std::string defaultPluginPath(const char* builtPath) {
   const char* env = std::getenv("NNF_PLUGIN");
-  return env != nullptr ? env : builtPath;
+  if (env != nullptr && *env != '\0') return env;
+  // An installed tool sits in <prefix>/bin with the plugin in <prefix>/lib: found relative to
+  // the executable, so a copied or relocated prefix still works.
+  char self[PATH_MAX];
+  ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length > 0) {
+    std::string exe(self, static_cast<size_t>(length));
+    std::string installed = exe.substr(0, exe.rfind('/') + 1) + NNF_PLUGIN_FROM_BIN;
+    if (access(installed.c_str(), R_OK) == 0) return installed;
+  }
+  return builtPath;
 }
 
 }  // namespace nnf::tools

@@ -1,34 +1,44 @@
-// Loads the built plugin with dlopen and hands out its ncclNetPlugin_v8 table, exactly as NCCL's
-// loader does. Shared by the tools and the functional tests.
+// Loads the plugin with dlopen and finds its ncclNetPlugin_v<N> table newest-first, as NCCL's
+// loader does, handing it out in v8's shape (abi_adapter.h). Shared by the tools and the tests.
 #pragma once
 
 #include <string>
 
 #include "abi/nccl_abi.h"
+#include "abi_adapter.h"
 
 namespace nnf::tools {
 
 class PluginLibrary {
  public:
-  // Throws std::runtime_error with dlerror() text when the library or symbol is missing.
-  explicit PluginLibrary(const std::string& path);
+  // version 0: the newest the library exports (v12 down to v6, as NCCL 2.30 searches); else
+  // exactly ncclNetPlugin_v<version>. Throws std::runtime_error with the reason on one line when
+  // the library or symbol is missing.
+  explicit PluginLibrary(const std::string& path, int version = 0);
   ~PluginLibrary();
   PluginLibrary(const PluginLibrary&) = delete;
   PluginLibrary& operator=(const PluginLibrary&) = delete;
 
   const abi::NetV8& net() const { return *net_; }
   const std::string& path() const { return path_; }
+  int version() const { return version_; }
 
  private:
   std::string path_;
   void* handle_ = nullptr;
   const abi::NetV8* net_ = nullptr;
+  int version_ = 0;
 };
+
+// "v12", "12" or "" (0: newest) from an environment variable; throws std::runtime_error naming
+// the variable, its value and the range when it is anything else.
+int abiVersionFromEnv(const char* variable);
 
 // "ncclSuccess", "ncclSystemError", ... for messages.
 const char* resultName(abi::Result result);
 
-// The plugin next to the running executable's build tree, or NNF_PLUGIN (environment) if set.
+// Where a tool finds the plugin when --plugin is not given: NNF_PLUGIN if set; else, for an
+// installed tool, the plugin installed beside it ($ORIGIN/../lib); else the build tree's plugin.
 std::string defaultPluginPath(const char* builtPath);
 
 }  // namespace nnf::tools

@@ -16,6 +16,9 @@
 namespace nnf::tools {
 namespace {
 
+// The plugin's last WARN, without its prefix: the reason a failing call gives in one line.
+std::string lastWarning;
+
 // NCCL's logger signature; prints what NCCL_DEBUG would show (WARN always, INFO on request).
 void toolLogger(abi::LogLevel level, unsigned long flags, const char* file, int line,
                 const char* fmt, ...) {
@@ -23,12 +26,24 @@ void toolLogger(abi::LogLevel level, unsigned long flags, const char* file, int 
   bool info =
       debug != nullptr && (strcasecmp(debug, "INFO") == 0 || strcasecmp(debug, "TRACE") == 0);
   if (level != abi::kLogWarn && !(info && level == abi::kLogInfo)) return;
+  char text[1024];
   va_list args;
   va_start(args, fmt);
-  fprintf(stderr, "%s ", level == abi::kLogWarn ? "WARN" : "INFO");
-  vfprintf(stderr, fmt, args);
-  fprintf(stderr, "\n");
+  vsnprintf(text, sizeof(text), fmt, args);
   va_end(args);
+  fprintf(stderr, "%s %s\n", level == abi::kLogWarn ? "WARN" : "INFO", text);
+  if (level == abi::kLogWarn) {
+    lastWarning = text;
+    size_t prefix = lastWarning.find(" : ");
+    if (prefix != std::string::npos) lastWarning.erase(0, prefix + 3);
+  }
+}
+
+// "init failed (ncclSystemError): <the plugin's WARN>".
+std::string callFailure(const char* call, abi::Result rc) {
+  std::string text = std::string(call) + " failed (" + resultName(rc) + ")";
+  if (!lastWarning.empty()) text += ": " + lastWarning;
+  return text;
 }
 
 std::string ptrSupportText(int bits) {
@@ -102,32 +117,30 @@ std::vector<topology::Nic> nicsOf(const std::vector<ProviderEntry>& entries,
   return nics;
 }
 
-bool printPluginDevices(FILE* out, const std::string& path) {
+bool printPluginDevices(FILE* out, const std::string& path, std::string* failure) {
   try {
     PluginLibrary plugin(path);
     const abi::NetV8& net = plugin.net();
-    fprintf(out, "plugin %s (%s)\n", path.c_str(), net.name != nullptr ? net.name : "?");
+    fprintf(out, "plugin %s (%s, ncclNetPlugin_v%d)\n", path.c_str(),
+            net.name != nullptr ? net.name : "?", plugin.version());
     abi::Result rc = net.init(toolLogger);
     if (rc != abi::kSuccess) {
-      fprintf(out, "  init failed: %s (%d); run with NCCL_DEBUG=INFO for details\n", resultName(rc),
-              (int)rc);
+      *failure = "plugin " + callFailure("init", rc);
       return false;
     }
     int count = 0;
     rc = net.devices(&count);
     if (rc != abi::kSuccess) {
-      fprintf(out, "  devices failed: %s (%d)\n", resultName(rc), (int)rc);
+      *failure = "plugin " + callFailure("devices", rc);
       return false;
     }
     fprintf(out, "  %d device(s)\n", count);
-    bool ok = true;
     for (int dev = 0; dev < count; ++dev) {
       abi::PropertiesV8 props{};
       rc = net.getProperties(dev, &props);
       if (rc != abi::kSuccess) {
-        fprintf(out, "  dev %d: getProperties failed: %s (%d)\n", dev, resultName(rc), (int)rc);
-        ok = false;
-        continue;
+        *failure = "plugin device " + std::to_string(dev) + ": " + callFailure("getProperties", rc);
+        return false;
       }
       fprintf(out,
               "  dev %d: name=%s pciPath=%s guid=0x%016" PRIx64
@@ -139,12 +152,9 @@ bool printPluginDevices(FILE* out, const std::string& path) {
               props.port, props.latency, props.maxComms, props.maxRecvs, (int)props.netDeviceType,
               props.netDeviceVersion);
     }
-    return ok;
+    return true;
   } catch (const std::exception& e) {
-    fprintf(out,
-            "plugin %s could not be loaded: %s\n  (build the nccl-net-fabric target, or pass "
-            "--plugin PATH / set NNF_PLUGIN)\n",
-            path.c_str(), e.what());
+    *failure = std::string(e.what()) + " (pass --plugin PATH or set NNF_PLUGIN)";
     return false;
   }
 }

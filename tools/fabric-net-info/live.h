@@ -30,8 +30,8 @@ std::string pickProvider(const std::vector<ProviderEntry>& entries, const std::s
 std::vector<topology::Nic> nicsOf(const std::vector<ProviderEntry>& entries,
                                   const std::string& provider, int64_t defaultMbps);
 
-// Loads the plugin at `path`, runs init/devices/getProperties and prints every device. Any
-// failure is printed and the function returns false; it never throws.
-bool printPluginDevices(FILE* out, const std::string& path);
+// Loads the plugin at `path` (its newest ABI), runs init/devices/getProperties and prints every
+// device. On failure returns false with the reason in one line in `failure`; never throws.
+bool printPluginDevices(FILE* out, const std::string& path, std::string* failure);
 
 }  // namespace nnf::tools

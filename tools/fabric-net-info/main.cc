@@ -37,11 +37,15 @@ constexpr const char* kUsage =
     "  --json                  with --topology: print the plan as JSON only\n"
     "                          {\"devices\":[{\"index\":0,\"gpus\":[...],\"nics\":[...]}]}\n"
     "  --write-nccl-topo FILE  also write the NCCL topology XML for the plan to FILE\n"
-    "  --plugin PATH           plugin library to load (default: NNF_PLUGIN or the built one)\n"
+    "  --plugin PATH           plugin library to load (default: NNF_PLUGIN, else the one\n"
+    "                          installed beside this tool (../lib), else the built one)\n"
     "  --no-plugin             do not load the plugin\n"
     "  -h, --help              this text\n"
     "\n"
-    "NCCL_FABRIC_RAILS groups NICs by name by hand (\"eth0,eth1;eth2\"); it applies here too.\n";
+    "NCCL_FABRIC_RAILS groups NICs by name by hand (\"eth0,eth1;eth2\"); it applies here too.\n"
+    "\n"
+    "Exit status: 0 when everything loads; 1 when the configuration is invalid or the plugin\n"
+    "cannot be loaded or initialised (the reason on the last line); 2 for a usage error.\n";
 
 struct Options {
   std::string topologyFile;
@@ -51,22 +55,14 @@ struct Options {
   bool plugin = true;
 };
 
-config::Config loadConfig(FILE* err) {
-  try {
-    return config::Config::load();
-  } catch (const config::ConfigError& e) {
-    fprintf(err, "configuration error: %s\nusing defaults\n", e.what());
-    return config::Config::load([](const char*) -> const char* { return nullptr; });
-  }
+// A bad NCCL_FABRIC_* value is refused, as the plugin's init refuses it: config::ConfigError
+// reaches main, which prints it in one line and exits 1.
+config::Config loadConfig() {
+  return config::Config::load();
 }
 
 topology::RailGroups railsFrom(const config::Config& cfg) {
-  try {
-    return topology::parseRailGroups(cfg.string(config::Param::kRails));
-  } catch (const config::ConfigError& e) {
-    fprintf(stderr, "%s\nignoring the manual rail groups\n", e.what());
-    return {};
-  }
+  return topology::parseRailGroups(cfg.string(config::Param::kRails));
 }
 
 // The sendrecv protocol carries data on each device's leader NIC: report what the plugin does.
@@ -83,10 +79,11 @@ void writeNcclTopo(const Options& opt, const topology::Plan& plan,
 }
 
 int runOffline(const Options& opt) {
+  config::Config cfg = loadConfig();
+  topology::RailGroups rails = railsFrom(cfg);
   topology::Topology topo = topology::Topology::fromXmlFile(opt.topologyFile);
   std::vector<topology::Nic> nics = topology::listEfaNics(topo);
-  config::Config cfg = loadConfig(stderr);
-  topology::Plan plan = topology::planDevices(nics, &topo, railsFrom(cfg));
+  topology::Plan plan = topology::planDevices(nics, &topo, rails);
   writeNcclTopo(opt, plan, nics, topo);
   if (opt.json) {
     printf("%s\n", tools::planJson(plan, nics).c_str());
@@ -102,6 +99,8 @@ int runOffline(const Options& opt) {
 }
 
 int runLive(const Options& opt) {
+  config::Config cfg = loadConfig();
+  topology::RailGroups rails = railsFrom(cfg);
   uint32_t v = fi_version();
   printf("nccl-net-fabric %s, libfabric %u.%u (runtime), hwloc API 0x%x\n\n", NNF_VERSION,
          FI_MAJOR(v), FI_MINOR(v), (unsigned)hwloc_get_api_version());
@@ -124,7 +123,6 @@ int runLive(const Options& opt) {
   }
 
   printf("\n== configuration\n");
-  config::Config cfg = loadConfig(stdout);
   for (const std::string& line : cfg.describe()) printf("  %s\n", line.c_str());
 
   std::string provider = tools::pickProvider(entries, cfg.string(config::Param::kProvider));
@@ -139,7 +137,7 @@ int runLive(const Options& opt) {
   } catch (const topology::TopologyError& e) {
     printf("  %s; planning without it\n", e.what());
   }
-  topology::Plan plan = topology::planDevices(nics, topo.get(), railsFrom(cfg));
+  topology::Plan plan = topology::planDevices(nics, topo.get(), rails);
   tools::printPlanTable(stdout, plan, nics, topo.get());
   if (topo) writeNcclTopo(opt, plan, nics, *topo);
 
@@ -147,7 +145,12 @@ int runLive(const Options& opt) {
     printf("\n== plugin devices\n");
     std::string path =
         opt.pluginPath.empty() ? tools::defaultPluginPath(NNF_PLUGIN_PATH) : opt.pluginPath;
-    tools::printPluginDevices(stdout, path);
+    std::string failure;
+    if (!tools::printPluginDevices(stdout, path, &failure)) {
+      fflush(stdout);
+      fprintf(stderr, "fabric-net-info: %s\n", failure.c_str());
+      return 1;
+    }
   }
   return 0;
 }
@@ -189,6 +192,9 @@ int main(int argc, char** argv) {
   }
   try {
     return opt.topologyFile.empty() ? runLive(opt) : runOffline(opt);
+  } catch (const config::ConfigError& e) {
+    fprintf(stderr, "fabric-net-info: invalid configuration: %s\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     fprintf(stderr, "fabric-net-info: %s\n", e.what());
     return 1;

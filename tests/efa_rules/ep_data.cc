@@ -116,8 +116,7 @@ Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
       const char* proto = std::getenv("NCCL_PROTO");
       if (option != 1 && (proto == nullptr || std::strcmp(proto, "Simple") != 0)) {
         ep->ll128Reported = true;
-        *detail = std::string(post.op) + ": FI_OPT_EFA_" +
-                  (which == 1 ? "WRITE" : "SENDRECV") +
+        *detail = std::string(post.op) + ": FI_OPT_EFA_" + (which == 1 ? "WRITE" : "SENDRECV") +
                   "_IN_ORDER_ALIGNED_128_BYTES not set while NCCL_PROTO is " +
                   (proto != nullptr ? proto : "unset");
         return Rule::kLl128Order;
@@ -168,8 +167,7 @@ ssize_t recvv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t 
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kMsg, true, false, iov, desc, count, 0, 0, src, ctx, "fi_recvv"}, bd,
-             &ret))
+  if (!admit(ep, {Kind::kMsg, true, false, iov, desc, count, 0, 0, src, ctx, "fi_recvv"}, bd, &ret))
     return ret;
   return fi_recvv(ep->base, iov, bd, count, src, ctx);
 }
@@ -209,8 +207,8 @@ ssize_t sendmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
   void* bd[kMaxIov];
   ssize_t ret;
   if (!admit(ep,
-             {Kind::kMsg, false, (flags & FI_INJECT) != 0, msg->msg_iov, msg->desc,
-              msg->iov_count, 0, 0, msg->addr, msg->context, "fi_sendmsg"},
+             {Kind::kMsg, false, (flags & FI_INJECT) != 0, msg->msg_iov, msg->desc, msg->iov_count,
+              0, 0, msg->addr, msg->context, "fi_sendmsg"},
              bd, &ret))
     return ret;
   fi_msg copy = *msg;
@@ -222,13 +220,13 @@ ssize_t inject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest) {
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kMsg, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject"},
-             bd, &ret))
+  if (!admit(ep, {Kind::kMsg, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject"}, bd,
+             &ret))
     return ret;
   return fi_inject(ep->base, buf, len, dest);
 }
-ssize_t senddata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data,
-                 fi_addr_t dest, void* ctx) {
+ssize_t senddata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data, fi_addr_t dest,
+                 void* ctx) {
   Ep* ep = epOf(f);
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
@@ -243,8 +241,7 @@ ssize_t injectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_add
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep,
-             {Kind::kMsg, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_injectdata"},
+  if (!admit(ep, {Kind::kMsg, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_injectdata"},
              bd, &ret))
     return ret;
   return fi_injectdata(ep->base, buf, len, data, dest);
@@ -262,13 +259,12 @@ ssize_t trecv(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, uint6
     return ret;
   return fi_trecv(ep->base, buf, len, bd[0], src, tag, ignore, ctx);
 }
-ssize_t trecvv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src,
-               uint64_t tag, uint64_t ignore, void* ctx) {
+ssize_t trecvv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src, uint64_t tag,
+               uint64_t ignore, void* ctx) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep,
-             {Kind::kTagged, true, false, iov, desc, count, tag, ignore, src, ctx, "fi_trecvv"},
+  if (!admit(ep, {Kind::kTagged, true, false, iov, desc, count, tag, ignore, src, ctx, "fi_trecvv"},
              bd, &ret))
     return ret;
   return fi_trecvv(ep->base, iov, bd, count, src, tag, ignore, ctx);
@@ -297,8 +293,8 @@ ssize_t tsend(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest
     return ret;
   return fi_tsend(ep->base, buf, len, bd[0], dest, tag, ctx);
 }
-ssize_t tsendv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t dest,
-               uint64_t tag, void* ctx) {
+ssize_t tsendv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t dest, uint64_t tag,
+               void* ctx) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
@@ -331,15 +327,14 @@ ssize_t tinject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t
     return ret;
   return fi_tinject(ep->base, buf, len, dest, tag);
 }
-ssize_t tsenddata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data,
-                  fi_addr_t dest, uint64_t tag, void* ctx) {
+ssize_t tsenddata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data, fi_addr_t dest,
+                  uint64_t tag, void* ctx) {
   Ep* ep = epOf(f);
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep,
-             {Kind::kTagged, false, false, &iov, &desc, 1, tag, 0, dest, ctx, "fi_tsenddata"}, bd,
-             &ret))
+  if (!admit(ep, {Kind::kTagged, false, false, &iov, &desc, 1, tag, 0, dest, ctx, "fi_tsenddata"},
+             bd, &ret))
     return ret;
   return fi_tsenddata(ep->base, buf, len, bd[0], data, dest, tag, ctx);
 }
@@ -368,8 +363,8 @@ ssize_t rread(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, uint6
     return ret;
   return fi_read(ep->base, buf, len, bd[0], src, addr, key, ctx);
 }
-ssize_t rreadv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src,
-               uint64_t addr, uint64_t key, void* ctx) {
+ssize_t rreadv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src, uint64_t addr,
+               uint64_t key, void* ctx) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
@@ -443,8 +438,8 @@ ssize_t rwritedata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t 
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kWrite, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_writedata"},
-             bd, &ret))
+  if (!admit(ep, {Kind::kWrite, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_writedata"}, bd,
+             &ret))
     return ret;
   return fi_writedata(ep->base, buf, len, bd[0], data, dest, addr, key, ctx);
 }
@@ -454,10 +449,10 @@ ssize_t rinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_ad
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep,
-             {Kind::kWrite, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr,
-              "fi_inject_writedata"},
-             bd, &ret))
+  if (!admit(
+          ep,
+          {Kind::kWrite, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject_writedata"},
+          bd, &ret))
     return ret;
   return fi_inject_writedata(ep->base, buf, len, data, dest, addr, key);
 }

@@ -77,8 +77,8 @@ fi_info* toEfaInfo(const fi_info* base, const fi_info* hints, const Config& conf
   info->caps = (base->caps & kKeptCaps) | hmemCap;
   info->tx_attr->caps = (base->tx_attr->caps & kKeptCaps) | hmemCap;
   info->rx_attr->caps = (base->rx_attr->caps & kKeptCaps) | hmemCap;
-  uint64_t contexts = hints != nullptr ? hints->mode & (FI_CONTEXT | FI_CONTEXT2)
-                                       : (FI_CONTEXT | FI_CONTEXT2);
+  uint64_t contexts =
+      hints != nullptr ? hints->mode & (FI_CONTEXT | FI_CONTEXT2) : (FI_CONTEXT | FI_CONTEXT2);
   info->mode = base->mode | contexts;
 
   uint64_t hintMr = hints != nullptr ? static_cast<uint64_t>(hints->domain_attr->mr_mode)
@@ -87,8 +87,7 @@ fi_info* toEfaInfo(const fi_info* base, const fi_info* hints, const Config& conf
   if (hmem && (hintMr & FI_MR_HMEM)) mrMode |= FI_MR_HMEM;
   info->domain_attr->mr_mode = static_cast<int>(mrMode);
   if (info->caps & FI_RMA) info->domain_attr->cq_data_size = 8;
-  info->ep_attr->mem_tag_format =
-      config.tagBits > 0 ? (1ULL << config.tagBits) - 1 : kTagGeneric;
+  info->ep_attr->mem_tag_format = config.tagBits > 0 ? (1ULL << config.tagBits) - 1 : kTagGeneric;
   info->ep_attr->protocol = FI_PROTO_EFA;
   info->tx_attr->inject_size = std::min(base->tx_attr->inject_size, kInjectLimit);
 
@@ -106,8 +105,7 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
   if (t_inside) return -FI_ENODATA;
   Config config = loadConfig();
   if (hints != nullptr) {
-    if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC &&
-        hints->ep_attr->type != FI_EP_RDM)
+    if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != FI_EP_RDM)
       return -FI_ENODATA;
     if ((hints->caps & FI_HMEM) && !config.hmem) return -FI_ENODATA;
     if (hints->domain_attr &&
@@ -149,8 +147,8 @@ fi_info* baseInfoFor(const fi_info* ours, const Config& config) {
   std::string wanted = hints->domain_attr->name != nullptr ? hints->domain_attr->name : "";
   fi_info* list = nullptr;
   t_inside = true;
-  int ret = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints,
-                       &list);
+  int ret =
+      fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints, &list);
   t_inside = false;
   fi_freeinfo(hints);
   if (ret != 0) return nullptr;

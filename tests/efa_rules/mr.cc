@@ -4,6 +4,7 @@
 // descriptor is that record, so posts can be checked and translated.
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "efa_rules.h"
@@ -13,6 +14,7 @@ namespace {
 
 std::mutex g_mutex;
 std::set<Mr*> g_live;
+std::atomic<uint64_t> g_nextKey{1};
 
 int closeMr(fid* f) {
   auto* mr = reinterpret_cast<Mr*>(f);
@@ -98,6 +100,11 @@ int regAttr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** mr) {
     if (attr->mr_iov == nullptr || attr->iov_count == 0) return -FI_EINVAL;
     range = attr->mr_iov[0];
   }
+  // A base without provider keys or virtual addresses (tcp;ofi_rxm on 1.17): unique keys from
+  // us, and an offset equal to the address so that offsets are virtual addresses.
+  if (!(domain->baseMrMode & FI_MR_PROV_KEY)) baseAttr.requested_key = g_nextKey++;
+  if (!(domain->baseMrMode & FI_MR_VIRT_ADDR))
+    baseAttr.offset = reinterpret_cast<uintptr_t>(range.iov_base);
   baseAttr.iface = FI_HMEM_SYSTEM;
   std::memset(&baseAttr.device, 0, sizeof(baseAttr.device));
   fid_mr* base = nullptr;

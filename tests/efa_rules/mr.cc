@@ -14,7 +14,9 @@ namespace {
 
 std::mutex g_mutex;
 std::set<Mr*> g_live;
-std::atomic<uint64_t> g_nextKey{1};
+// Far from the small keys the base provider hands its own internal registrations (rxm counts
+// from 0): a collision would answer -FI_ENOKEY.
+std::atomic<uint64_t> g_nextKey{uint64_t{0xefa} << 40};
 
 int closeMr(fid* f) {
   auto* mr = reinterpret_cast<Mr*>(f);

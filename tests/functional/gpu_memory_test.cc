@@ -23,6 +23,7 @@
 #include "support/harness.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
+#include "support/scoped_env.h"
 #include "support/test_env.h"
 
 namespace nnf::test {
@@ -33,35 +34,6 @@ constexpr int kTag = 0x47;
 std::string fakeCudaPath() {
   return fakeCudaLibrary();
 }
-
-// Sets plugin parameters in this (parent) process for the duration of a test: the children
-// inherit them, so they are in place before the plugin's init reads its configuration. The
-// parent never loads the plugin itself.
-class ScopedEnv {
- public:
-  void set(const char* name, const std::string& value) {
-    const char* old = std::getenv(name);
-    saved_.push_back({name, old != nullptr, old != nullptr ? old : ""});
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
-      if (it->had) {
-        setenv(it->name.c_str(), it->value.c_str(), 1);
-      } else {
-        unsetenv(it->name.c_str());
-      }
-    }
-  }
-
- private:
-  struct Saved {
-    std::string name;
-    bool had;
-    std::string value;
-  };
-  std::vector<Saved> saved_;
-};
 
 // The providers a test runs on: the one ctest names (NNF_TEST_PROVIDER, else FI_PROVIDER), or,
 // when neither is set, shm and then tcp, each selected with FI_PROVIDER in the children's

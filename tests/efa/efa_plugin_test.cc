@@ -1,0 +1,261 @@
+// The plugin on the EFA-rules provider (tests/efa_rules): one test per EFA rule the plugin must
+// keep, each failing when the plugin breaks it — the provider reports every broken rule to a
+// file the test reads. Two processes, GPU buffers through the fake CUDA driver, completions
+// reordered as SRD may deliver them.
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/harness.h"
+#include "support/patterns.h"
+#include "support/plugin_ops.h"
+#include "support/scoped_env.h"
+#include "support/test_env.h"
+
+namespace nnf::test {
+namespace {
+
+constexpr int kTag = 0x3f;
+
+bool anyContains(const std::vector<std::string>& lines, const std::string& text) {
+  for (const std::string& line : lines)
+    if (line.find(text) != std::string::npos) return true;
+  return false;
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string all;
+  for (const std::string& line : lines) all += "  " + line + "\n";
+  return all;
+}
+
+class EfaPlugin : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    report_ = "/tmp/nnf-efa-plugin-" + std::to_string(getpid()) + "-" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".txt";
+    unlink(report_.c_str());
+    env_.unset("FI_PROVIDER");  // it would hide the provider underneath
+    env_.set("FI_PROVIDER_PATH", efaRulesDir());
+    env_.set("NCCL_FABRIC_PROVIDER", "efa");
+    env_.set("NNF_EFA_RULES_BASE", "tcp");
+    env_.set("NNF_EFA_RULES_REORDER", "1");
+    env_.set("FI_TCP_IFACE", "lo");
+    env_.set("NCCL_FABRIC_CUDA_LIBRARY", fakeCudaLibrary());
+    env_.set("NNF_EFA_RULES_REPORT", report_);
+    env_.unset("NCCL_PROTO");
+    env_.unset("NNF_EFA_RULES_REFUSE");
+    env_.unset("NNF_EFA_RULES_TAG_BITS");
+  }
+  void TearDown() override { unlink(report_.c_str()); }
+  std::vector<std::string> report() const { return readEfaRulesReport(report_); }
+
+  ScopedEnv env_;
+  std::string report_;
+};
+
+// The fake driver as the plugin loaded it: declares host ranges to be device memory.
+struct Fake {
+  void (*declare)(void*, size_t, int) = nullptr;
+  int (*flushCount)() = nullptr;
+};
+
+void openFake(Fake* fake) {
+  void* library = dlopen(fakeCudaLibrary().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr) << "the plugin did not load the fake CUDA driver";
+  fake->declare = reinterpret_cast<decltype(fake->declare)>(dlsym(library, "nnfFakeCudaDeclare"));
+  fake->flushCount =
+      reinterpret_cast<decltype(fake->flushCount)>(dlsym(library, "nnfFakeCudaFlushCount"));
+  ASSERT_NE(fake->declare, nullptr);
+  ASSERT_NE(fake->flushCount, nullptr);
+}
+
+void regGpu(Peer& peer, void* comm, HostBuffer& buffer, void** mh) {
+  Fake fake;
+  ASSERT_NO_FATAL_FAILURE(openFake(&fake));
+  fake.declare(buffer.data(), buffer.size(), 0);
+  ASSERT_EQ(peer.net->regMr(comm, buffer.data(), buffer.size(), abi::kPtrCuda, mh), abi::kSuccess);
+}
+
+// Every size from empty to 1 MiB, both ends in GPU memory (small ones too: inject would make the
+// provider copy a device pointer with the CPU), and host buffers beside them; GPU receives are
+// flushed. `expectReadFlush`: the flush is an RDMA read (else the CUDA call).
+void gpuTransfers(bool expectReadFlush) {
+  const std::vector<int> sizes = {0, 1, 8, 64, 65, 1000, 4032, 4096, 65536, 1 << 20};
+  constexpr size_t kCapacity = 1 << 20;
+  auto sender = [&](Peer& peer) {
+    ASSERT_EQ(peer.props.ptrSupport & abi::kPtrCuda, abi::kPtrCuda);
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer gpu(kCapacity), host(kCapacity);
+    void *gpuHandle, *hostHandle;
+    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, gpu, &gpuHandle));
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostHandle));
+    uint64_t message = 0;
+    for (int size : sizes) {
+      for (bool onGpu : {true, false}) {
+        HostBuffer& buffer = onGpu ? gpu : host;
+        fillPattern(buffer.data(), static_cast<size_t>(size), ++message);
+        void* request;
+        ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, buffer.data(), size, kTag,
+                                         onGpu ? gpuHandle : hostHandle, &request));
+        ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+        ASSERT_TRUE(peer.channel->wait());  // received before the buffer is reused
+      }
+    }
+    dereg(peer, comm, gpuHandle);
+    dereg(peer, comm, hostHandle);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer gpu(kCapacity), host(kCapacity);
+    void *gpuHandle, *hostHandle;
+    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, gpu, &gpuHandle));
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostHandle));
+    Fake fake;
+    ASSERT_NO_FATAL_FAILURE(openFake(&fake));
+    int flushesBefore = fake.flushCount();
+    uint64_t message = 0;
+    int gpuFlushes = 0;
+    for (int size : sizes) {
+      for (bool onGpu : {true, false}) {
+        SCOPED_TRACE(std::to_string(size) + " bytes in " + (onGpu ? "GPU" : "host") + " memory");
+        HostBuffer& buffer = onGpu ? gpu : host;
+        void* handle = onGpu ? gpuHandle : hostHandle;
+        fillSentinel(buffer.data(), kCapacity);
+        void* request;
+        ASSERT_NO_FATAL_FAILURE(
+            postRecv(peer, comm, buffer.data(), static_cast<int>(kCapacity), kTag, handle, &request));
+        int received = -1;
+        ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &received));
+        ASSERT_EQ(received, size);
+        EXPECT_TRUE(verifyPattern(buffer.data(), static_cast<size_t>(size), ++message));
+        void* data[1] = {buffer.data()};
+        int flushSizes[1] = {received};
+        void* handles[1] = {handle};
+        void* flush = reinterpret_cast<void*>(0x1);
+        ASSERT_EQ(peer.net->iflush(comm, 1, data, flushSizes, handles, &flush), abi::kSuccess);
+        if (onGpu && size > 0 && expectReadFlush) {
+          ASSERT_NE(flush, nullptr) << "a GPU receive is flushed by an RDMA read";
+        }
+        if (!onGpu) EXPECT_EQ(flush, nullptr);
+        if (flush != nullptr) ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
+        if (onGpu && size > 0) ++gpuFlushes;
+        ASSERT_TRUE(peer.channel->signal());
+      }
+    }
+    EXPECT_EQ(fake.flushCount() - flushesBefore, expectReadFlush ? 0 : gpuFlushes);
+    dereg(peer, comm, gpuHandle);
+    dereg(peer, comm, hostHandle);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 120);
+}
+
+// Init says what it decided: options set before enable, pointer support, DMA-BUF, the EFA
+// environment defaults; nothing to warn about.
+TEST_F(EfaPlugin, InitSetsEveryEfaOptionAndSaysSo) {
+  runOneProcess([](Peer& peer) {
+    std::vector<std::string> info = peer.infoTexts();
+    for (const char* line :
+         {"set FI_OPT_CUDA_API_PERMITTED=false", "set FI_OPT_SHARED_MEMORY_PERMITTED=false",
+          "set FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES=true", "FI_EFA_USE_HUGE_PAGE",
+          "FI_EFA_FORK_SAFE", "efa rules", "memory: DMA-BUF", "ptrSupport=3"}) {
+      EXPECT_TRUE(anyContains(info, line)) << "no INFO line with '" << line << "':\n"
+                                           << joined(info);
+    }
+    EXPECT_EQ(peer.props.ptrSupport & (abi::kPtrHost | abi::kPtrCuda), abi::kPtrHost | abi::kPtrCuda);
+    EXPECT_EQ(getenv("NCCL_PROTO"), nullptr) << "ordering is guaranteed: LL/LL128 stay allowed";
+    EXPECT_EQ(peer.warnings(), 0) << joined(peer.warningTexts());
+  });
+  EXPECT_TRUE(report().empty()) << joined(report());
+}
+
+// Descriptors on every post (data and connection set-up: FI_MR_LOCAL), no inject from device
+// memory, options before enable, CUDA calls forbidden, the flush read kept on the NIC,
+// 128-byte ordering: a run of GPU and host transfers breaks none of them.
+TEST_F(EfaPlugin, GpuAndHostTransfersOfEverySizeKeepEveryRule) {
+  gpuTransfers(/*expectReadFlush=*/true);
+  EXPECT_TRUE(report().empty()) << "rules broken:\n" << joined(report());
+}
+
+// Without the in-order guarantee NCCL must run Simple: set where the user said nothing, and a
+// user's LL/LL128 choice is warned about (the provider then reports the torn-data risk).
+TEST_F(EfaPlugin, RefusedInOrderDeliveryMeansNcclProtoSimple) {
+  env_.set("NNF_EFA_RULES_REFUSE", "sendrecv_in_order_aligned_128_bytes");
+  runOneProcess([](Peer& peer) {
+    ASSERT_NE(getenv("NCCL_PROTO"), nullptr);
+    EXPECT_STREQ(getenv("NCCL_PROTO"), "Simple");
+    std::vector<std::string> warnings = peer.warningTexts();
+    EXPECT_TRUE(anyContains(warnings, "FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES"))
+        << joined(warnings);
+    EXPECT_TRUE(anyContains(warnings, "setting NCCL_PROTO=Simple")) << joined(warnings);
+  });
+  gpuTransfers(/*expectReadFlush=*/true);
+  EXPECT_TRUE(report().empty()) << "with NCCL_PROTO=Simple nothing is at risk:\n"
+                                << joined(report());
+
+  env_.set("NCCL_PROTO", "LL128");
+  runOneProcess([](Peer& peer) {
+    EXPECT_STREQ(getenv("NCCL_PROTO"), "LL128") << "the user's setting stays";
+    EXPECT_TRUE(anyContains(peer.warningTexts(), "NCCL_PROTO=LL128 enables LL/LL128"))
+        << joined(peer.warningTexts());
+  });
+}
+
+// A provider that cannot promise to make no CUDA calls gets host memory only.
+TEST_F(EfaPlugin, RefusedCudaApiControlMeansHostMemoryOnly) {
+  env_.set("NNF_EFA_RULES_REFUSE", "cuda_api_permitted");
+  runOneProcess([](Peer& peer) {
+    EXPECT_EQ(peer.props.ptrSupport, abi::kPtrHost);
+    EXPECT_TRUE(anyContains(peer.warningTexts(), "FI_OPT_CUDA_API_PERMITTED"))
+        << joined(peer.warningTexts());
+    EXPECT_TRUE(anyContains(peer.warningTexts(), "host memory only"));
+  });
+}
+
+// Where the flush read could take the shared-memory path, flushes use the CUDA call instead.
+TEST_F(EfaPlugin, RefusedSharedMemoryOptionFlushesWithTheCudaCall) {
+  env_.set("NNF_EFA_RULES_REFUSE", "shared_memory_permitted");
+  gpuTransfers(/*expectReadFlush=*/false);
+  EXPECT_TRUE(report().empty()) << "no flush read may go to our own endpoint:\n"
+                                << joined(report());
+}
+
+// A provider that matches fewer tag bits than the plugin uses (cxi: 48) is refused at init,
+// with the reason, instead of mismatching messages later.
+TEST_F(EfaPlugin, NarrowTagFormatIsRefusedAtInit) {
+  env_.set("NNF_EFA_RULES_TAG_BITS", "48");
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int failures = 0;
+    try {
+      tools::PluginLibrary library(pluginPath());
+      Peer peer;
+      peer.resetWarnings();
+      failures += library.net().init(testLogger) == abi::kSuccess ? 1 : 0;
+      failures += anyContains(peer.warningTexts(), "48 tag bits") ? 0 : 1;
+    } catch (...) {
+      failures = 100;
+    }
+    _exit(failures);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << describeStatus(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "init must fail and say why (see the WARN above)";
+  EXPECT_TRUE(report().empty()) << joined(report());
+}
+
+}  // namespace
+}  // namespace nnf::test

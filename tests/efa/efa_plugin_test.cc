@@ -44,7 +44,7 @@ class EfaPlugin : public ::testing::Test {
     env_.unset("FI_PROVIDER");  // it would hide the provider underneath
     env_.set("FI_PROVIDER_PATH", efaRulesDir());
     env_.set("NCCL_FABRIC_PROVIDER", "efa");
-    env_.set("NNF_EFA_RULES_BASE", "tcp");
+    env_.set("NNF_EFA_RULES_BASE", "shm");
     env_.set("NNF_EFA_RULES_REORDER", "1");
     env_.set("FI_TCP_IFACE", "lo");
     env_.set("NCCL_FABRIC_CUDA_LIBRARY", fakeCudaLibrary());

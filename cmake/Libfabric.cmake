@@ -10,6 +10,7 @@ set(LIBFABRIC_ROOT "" CACHE PATH
 if(DEFINED NNF_LIBFABRIC_ROOT_USED AND NOT NNF_LIBFABRIC_ROOT_USED STREQUAL LIBFABRIC_ROOT)
   unset(__pkg_config_checked_FABRIC CACHE)
   unset(FABRIC_FOUND CACHE)
+  unset(NNF_FABRIC_LIBRARY CACHE)
   # FabricFeatures.cmake's results (NNF_HAVE_*) described the other libfabric's headers.
   get_cmake_property(_nnf_cached CACHE_VARIABLES)
   foreach(variable ${_nnf_cached})

@@ -22,8 +22,13 @@ if ! command -v clang++ >/dev/null; then
   exit 1
 fi
 
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+# LIBFABRIC_ROOT: which libfabric to build against (empty: the system's), as in CMakeLists.txt.
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DNNF_BUILD_TOOLS=OFF \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIBFABRIC_ROOT="${LIBFABRIC_ROOT:-}" "${launcher[@]}" >/dev/null
 cmake --build "$build" --target nnf_fuzzers nnf_fuzz_make_seeds -j"$jobs"
 
 if [[ "${1:-}" == "--refresh-seeds" ]]; then

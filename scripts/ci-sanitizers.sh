@@ -9,6 +9,9 @@
 #   scripts/ci-sanitizers.sh            # both
 #   scripts/ci-sanitizers.sh asan       # one of them
 #   JOBS=4 scripts/ci-sanitizers.sh     # build parallelism (default 2)
+#   LIBFABRIC_ROOT=/opt/nnf-deps/libfabric-2.1.0 scripts/ci-sanitizers.sh   # that libfabric
+#
+# NNF_CTEST_JUNIT_DIR (set by scripts/test.sh): each ctest run writes its JUnit results there.
 #
 # Every sanitizer report is written to <build>/sanitizer-logs/ (log_path), also from forked
 # child processes whose stderr ctest may not show; the run fails if that folder is not empty.
@@ -20,6 +23,15 @@ jobs=${JOBS:-2}
 which=${1:-all}
 supp=$root/tests/sanitizers
 status=0
+junit_dir=${NNF_CTEST_JUNIT_DIR:-}
+# junit NAME: the ctest arguments that write this run's results, when asked for.
+junit() {
+  if [[ -n $junit_dir ]]; then echo "--output-junit $junit_dir/$1.xml"; fi
+}
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 
 check_logs() {
   local dir=$1 name=$2
@@ -40,7 +52,7 @@ configure_build() {
   local build=$1 sanitize=$2
   shift 2
   cmake -S "$root" -B "$build" -G Ninja -DNNF_BUILD_TOOLS=OFF -DNNF_SANITIZE="$sanitize" \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIBFABRIC_ROOT="${LIBFABRIC_ROOT:-}" "${launcher[@]}" >/dev/null
   if [[ $# -gt 0 ]]; then
     cmake --build "$build" -j"$jobs" --target "$@"
   else
@@ -57,7 +69,7 @@ if [[ $which == all || $which == asan ]]; then
   export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_leaks=1:log_path=$logs/asan:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$logs/ubsan:suppressions=$supp/ubsan.supp"
   export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
-  (cd "$build" && ctest --output-on-failure --timeout 900 -j"$jobs" -LE 'soak|netns|gpu') || status=1
+  (cd "$build" && ctest --output-on-failure --timeout 900 -j"$jobs" -LE 'soak|netns|gpu' $(junit asan)) || status=1
   unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
   check_logs "$logs" "ASan+UBSan"
 fi
@@ -72,10 +84,14 @@ if [[ $which == all || $which == tsan ]]; then
   # The threaded tests: several threads driving comms at once (functional Threads.*, the
   # reliability soak, labelled "threaded"), the MR cache's concurrent unit test and the
   # device's domain lock.
-  (cd "$build" && ctest --output-on-failure --timeout 900 -j1 -R '^(shm|tcp)\.Threads\.') || status=1
-  (cd "$build" && ctest --output-on-failure --timeout 900 -j1 -L threaded -LE soak) || status=1
+  # -L '^functional_': every provider's functional suite.
+  (cd "$build" && ctest --output-on-failure --timeout 900 -j1 -L '^functional_' -R '\.Threads\.' \
+    $(junit tsan-functional)) || status=1
+  (cd "$build" && ctest --output-on-failure --timeout 900 -j1 -L threaded -LE soak \
+    $(junit tsan-threaded)) || status=1
   if [[ -x $build/tests/mr_cache_test ]]; then
-    (cd "$build" && ctest --output-on-failure --timeout 900 -j1 -R '^unit\..*([Tt]hread|DomainLock)') || status=1
+    (cd "$build" && ctest --output-on-failure --timeout 900 -j1 -R '^unit\..*([Tt]hread|DomainLock)' \
+    $(junit tsan-unit)) || status=1
   fi
   unset TSAN_OPTIONS
   check_logs "$logs" "TSan"

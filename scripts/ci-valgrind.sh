@@ -20,7 +20,8 @@ logs=$build/valgrind-logs
 
 command -v valgrind >/dev/null || { echo "ci-valgrind: apt-get install valgrind" >&2; exit 1; }
 if [[ ! -f $build/build.ninja ]]; then
-  cmake -S "$root" -B "$build" -G Ninja -DNNF_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake -S "$root" -B "$build" -G Ninja -DNNF_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DLIBFABRIC_ROOT="${LIBFABRIC_ROOT:-}" >/dev/null
 fi
 cmake --build "$build" --target nccl-net-fabric transfer_test -j"${JOBS:-2}"
 

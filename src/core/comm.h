@@ -25,7 +25,7 @@ struct CommRef {
   Comm* comm = nullptr;
 };
 
-class Comm {
+class Comm : public OperationOwner {
  public:
   using Kind = CommKind;
 
@@ -53,15 +53,22 @@ class Comm {
   bool alive() const { return ref_.magic == CommRef::kMagicAlive && !closed_; }
   bool closed() const { return closed_; }
 
-  // Completion callbacks, called by the device with its lock held.
-  virtual void onComplete(Operation& op, size_t length) = 0;
-  virtual void onError(Operation& op, int error, size_t overflow, const char* text) = 0;
+  // Completion callbacks (OperationOwner), called by the device with its lock held.
 
   // Marks the comm closed and asks the provider to cancel what it still holds. The device keeps
   // the object until nothing is in flight any more.
   void close();
   // Operations of this comm still held by the provider.
   virtual int inFlight() const = 0;
+  // Those of them that read or write the caller's buffers (data requests): once none is left,
+  // closing may return. Set-up messages and pings use the device's own buffers.
+  virtual int callerOpsInFlight() const { return 0; }
+  // Closing: true once the peer is known to be gone (then nothing it sends can still arrive).
+  // Checks now (the caller rate-limits): the pid on this host, else a ping whose failure tells.
+  virtual bool peerGone() { return false; }
+  // A closing thread waits on this comm: the device must not free it yet.
+  bool held() const { return held_; }
+  void setHeld(bool held) { held_ = held; }
 
  protected:
   virtual void cancelInFlight() = 0;
@@ -78,6 +85,7 @@ class Comm {
   Kind kind_;
   uint32_t id_;
   bool closed_ = false;
+  bool held_ = false;
 };
 
 }  // namespace nnf::core

@@ -1,8 +1,8 @@
 // Connection set-up and teardown entry points: listen, connect, accept and the three closes.
-#include <chrono>
 #include <cstring>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/listen_comm.h"
 #include "core/plugin.h"
 #include "core/recv_comm.h"
@@ -57,11 +57,11 @@ abi::Result Plugin::listen(int dev, void* handle, void** out) {
         wire::makeListenHandle(comm->id(), device->provider(), address.data(), address.size());
   } catch (const std::exception& error) {
     NNF_WARN("listen on device %d: %s", dev, error.what());
-    device->destroyComm(*comm);
+    device->closeComm(*comm);
     return abi::kSystemError;
   }
   if (comm->start() != 0) {
-    device->destroyComm(*comm);
+    device->closeComm(*comm);
     return abi::kSystemError;
   }
   memcpy(handle, &encoded, sizeof(encoded));
@@ -148,29 +148,62 @@ abi::Result Plugin::accept(void* listenComm, void** out) {
 
 namespace {
 
-// Closes `comm` and, for a bounded time, drives progress so that the provider gives back the
-// operations it still holds before NCCL frees their buffers.
-void closeAndDrain(Device& device, Comm& comm, int64_t timeoutMs) {
-  uint32_t id = comm.id();
-  Comm* address = &comm;
+// How often a closing comm asks whether its peer is still alive (a syscall on this host).
+constexpr uint64_t kClosePeerCheckNs = 1000000;
+
+// Closes `comm` and returns once the provider holds none of its operations on the caller's
+// buffers: posted receives are cancelled, receives that already matched and sends complete (the
+// peer's own close drains what we sent). The wait ends early when the peer is found dead (it
+// sends and reads nothing more), and at the latest after `limitMs` (a live peer that stops
+// taking messages), with a WARN: the provider may then still touch those buffers.
+void closeAndWait(Device& device, Comm& comm, int64_t limitMs) {
+  const uint32_t id = comm.id();
+  const uint64_t start = nowNs();
+  uint64_t nextCheck = start;
+  bool gone = false;
+  int left = 0;
   {
     std::lock_guard<fabric::DomainLock> lock(device.domainLock());
-    device.closeComm(comm);
+    device.closeComm(comm, /*hold=*/true);
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   for (;;) {
     {
       std::lock_guard<fabric::DomainLock> lock(device.domainLock());
-      if (device.findComm(id) != address) return;  // freed
       device.progress();
+      left = comm.callerOpsInFlight();
+      if (left == 0) break;
+      uint64_t now = nowNs();
+      if (now >= nextCheck) {
+        nextCheck = now + kClosePeerCheckNs;
+        if (comm.peerGone()) {
+          // What the peer had already sent is in the provider now: let it land before returning.
+          device.progress();
+          left = comm.callerOpsInFlight();
+          gone = true;
+          break;
+        }
+      }
+      if (limitMs > 0 && now - start >= static_cast<uint64_t>(limitMs) * 1000000) break;
     }
-    if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::yield();
   }
-  NNF_INFO(abi::kLogSubsysNet,
-           "comm %u closed with operations still pending; they are released"
-           " when the provider completes them",
-           id);
+  {
+    std::lock_guard<fabric::DomainLock> lock(device.domainLock());
+    device.releaseClosed(comm);  // frees it unless set-up messages or pings are still out
+  }
+  double ms = static_cast<double>(nowNs() - start) / 1e6;
+  if (left == 0) {
+    NNF_TRACE("comm %u closed in %.3f ms", id, ms);
+  } else if (gone) {
+    NNF_INFO(abi::kLogSubsysNet,
+             "comm %u closed after its peer died, %d operation(s) left to the provider (%.1f ms)",
+             id, left, ms);
+  } else {
+    NNF_WARN(
+        "comm %u closed with %d operation(s) still held by the provider after %.0f ms "
+        "(NCCL_FABRIC_CLOSE_TIMEOUT_MS): their buffers must stay allocated",
+        id, left, ms);
+  }
 }
 
 }  // namespace
@@ -183,7 +216,7 @@ abi::Result Plugin::closeListen(void* listenComm) {
   ListenComm* comm = checkComm<ListenComm>(listenComm, Comm::Kind::kListen, "closeListen");
   if (comm == nullptr) return abi::kInternalError;
   untrack(comm->handle());
-  closeAndDrain(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
+  closeAndWait(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
   return abi::kSuccess;
 }
 
@@ -195,7 +228,7 @@ abi::Result Plugin::closeSend(void* sendComm) {
   SendComm* comm = checkComm<SendComm>(sendComm, Comm::Kind::kSend, "closeSend");
   if (comm == nullptr) return abi::kInternalError;
   untrack(comm->handle());
-  closeAndDrain(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
+  closeAndWait(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
   return abi::kSuccess;
 }
 
@@ -207,7 +240,7 @@ abi::Result Plugin::closeRecv(void* recvComm) {
   RecvComm* comm = checkComm<RecvComm>(recvComm, Comm::Kind::kRecv, "closeRecv");
   if (comm == nullptr) return abi::kInternalError;
   untrack(comm->handle());
-  closeAndDrain(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
+  closeAndWait(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
   return abi::kSuccess;
 }
 

@@ -76,19 +76,22 @@ void DataComm::checkStalledNow(Request& request) {
     failPeer(why);
     return;
   }
-  if (pingsDetectDeath_ && !pingSend_.inFlight && !pingSend_.queued) {
-    pingSend_.buffer = nullptr;
-    pingSend_.length = 0;
-    pingSend_.peer = peer_;
-    pingSend_.tag = tags::control(remoteId_, tags::ControlKind::kPing);
-    device().post(pingSend_);
-  }
+  if (pingsDetectDeath_) sendPing();
 }
 
-void DataComm::failPeer(const char* why) {
+void DataComm::sendPing() {
+  if (pingSend_.inFlight || pingSend_.queued) return;
+  pingSend_.buffer = nullptr;
+  pingSend_.length = 0;
+  pingSend_.peer = peer_;
+  pingSend_.tag = tags::control(remoteId_, tags::ControlKind::kPing);
+  device().post(pingSend_);
+}
+
+void DataComm::failPeer(const char* why, bool quiet) {
   if (peerFailed_) return;
   peerFailed_ = true;
-  if (errorReported_) {
+  if (errorReported_ || quiet) {
     NNF_INFO(abi::kLogSubsysNet, "comm %u: %s; failing its pending requests", id(), why);
   } else {
     NNF_WARN("comm %u: %s; failing its pending requests", id(), why);
@@ -103,16 +106,16 @@ void DataComm::failPeer(const char* why) {
 }
 
 void DataComm::onPing(Operation& op, int error, const char* text) {
-  if (closed()) return;
   if (&op == &pingReceive_) {
-    if (error == 0 || error == FI_ETRUNC) device().post(pingReceive_);
+    if (!closed() && (error == 0 || error == FI_ETRUNC)) device().post(pingReceive_);
     return;
   }
-  if (error != 0) {
+  // A closing comm still listens to its pings: their failure ends the wait for its operations.
+  if (error != 0 && error != FI_ECANCELED) {
     char why[160];
     snprintf(why, sizeof(why), "peer unreachable (%s: %s)", fi_strerror(error),
              text != nullptr ? text : "");
-    failPeer(why);
+    failPeer(why, closed());
   }
 }
 
@@ -208,6 +211,33 @@ int DataComm::inFlight() const {
     for (int i = 0; i < request.count; ++i) count += request.ops[i].inFlight ? 1 : 0;
   });
   return count;
+}
+
+int DataComm::callerOpsInFlight() const {
+  int count = 0;
+  const_cast<DataComm*>(this)->forEachRequest([&count](const Request& request) {
+    if (request.state == Request::State::kFree) return;
+    for (int i = 0; i < request.count; ++i) {
+      count += request.ops[i].inFlight || request.ops[i].queued ? 1 : 0;
+    }
+  });
+  return count;
+}
+
+bool DataComm::peerGone() {
+  if (peerFailed_) return true;
+  if (peerLocal_ && peerPid_ != 0) {
+    if (kill(static_cast<pid_t>(peerPid_), 0) != 0 && errno == ESRCH) {
+      char why[64];
+      snprintf(why, sizeof(why), "peer process %u has exited", peerPid_);
+      failPeer(why, true);
+      return true;
+    }
+    return false;
+  }
+  // Elsewhere a ping tells: its failure (onPing) marks the peer failed.
+  if (pingsDetectDeath_ && peerCheckNs_ != 0 && remoteId_ != 0) sendPing();
+  return false;
 }
 
 void DataComm::cancelInFlight() {

@@ -26,6 +26,8 @@ class DataComm : public Comm {
   void onComplete(Operation& op, size_t length) override;
   void onError(Operation& op, int error, size_t overflow, const char* text) override;
   int inFlight() const override;
+  int callerOpsInFlight() const override;
+  bool peerGone() override;
 
   // Peer liveness. The handshake tells who the peer is; a request that waits too long makes the
   // comm check that the peer is alive (its pid when on this host, a ping otherwise) and, when
@@ -73,7 +75,9 @@ class DataComm : public Comm {
     for (Request& request : pool_.all()) visit(request);
     for (Request& request : flushPool_.all()) visit(request);
   }
-  void failPeer(const char* why);
+  // `quiet`: an expected death (found while closing) is logged at INFO only.
+  void failPeer(const char* why, bool quiet = false);
+  void sendPing();  // zero bytes to the peer's ping receive; its failure means the peer is gone
   bool isPing(const Operation& op) const { return &op == &pingSend_ || &op == &pingReceive_; }
   void onPing(Operation& op, int error, const char* text);
 

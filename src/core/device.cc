@@ -12,6 +12,10 @@
 #include "protocol/sendrecv.h"
 
 namespace nnf::core {
+namespace {
+// Closed comm ids whose late messages are drained (one posted receive each).
+constexpr size_t kDrainedIds = 256;
+}  // namespace
 
 Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
     : index_(index),
@@ -39,6 +43,9 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
                                                          domainLock_, rail_->endpoint());
   controlArena_ =
       std::make_unique<ControlArena>(rail_->needsLocalRegistration() ? registrar_.get() : nullptr);
+  // shm hangs on a truncated message above 4 KiB: its drains take whole messages.
+  drains_ = std::make_unique<DrainPool>(*this, kDrainedIds,
+                                        provider_ == "shm" ? properties_.maxMessageBytes : 0);
   memory_ = std::make_unique<MemoryRegistry>(
       *registrar_, memory::MrCacheOptions::fromConfig(config), cuda_, properties_.ptrSupport,
       rmaRead_ ? FI_REMOTE_READ : 0, rail_->needsLocalRegistration());
@@ -89,6 +96,7 @@ Device::~Device() {
   registrar_.reset();
   rail_.reset();
   comms_.clear();
+  drains_.reset();
 }
 
 abi::Result Device::postNow(Operation& op, ssize_t* ret) {
@@ -97,7 +105,8 @@ abi::Result Device::postNow(Operation& op, ssize_t* ret) {
       *ret = rail_->tsend(op.buffer, op.length, op.desc, op.peer, op.tag, &op.context);
       break;
     case OpType::kRecv:
-      *ret = rail_->trecv(op.buffer, op.length, op.desc, FI_ADDR_UNSPEC, op.tag, 0, &op.context);
+      *ret = rail_->trecv(op.buffer, op.length, op.desc, FI_ADDR_UNSPEC, op.tag, op.ignore,
+                          &op.context);
       break;
     case OpType::kRead:
       *ret = rail_->read(op.buffer, op.length, op.desc, op.peer, op.remoteAddress, op.remoteKey,
@@ -220,7 +229,9 @@ uint32_t Device::allocateId() {
   for (uint32_t tries = 0; tries < tags::kMaxCommId; ++tries) {
     uint32_t id = nextId_;
     nextId_ = nextId_ == tags::kMaxCommId ? 1 : nextId_ + 1;
-    if (comms_.find(id) == comms_.end()) return id;
+    if (comms_.find(id) != comms_.end()) continue;
+    drains_->remove(id);
+    return id;
   }
   NNF_WARN("device %d has no free comm id (%u comms open)", index_, tags::kMaxCommId);
   return 0;
@@ -231,13 +242,20 @@ Comm* Device::findComm(uint32_t id) {
   return it == comms_.end() ? nullptr : it->second.get();
 }
 
-void Device::closeComm(Comm& comm) {
+void Device::closeComm(Comm& comm, bool hold) {
   comm.close();
-  if (comm.inFlight() == 0) {
+  comm.setHeld(hold);
+  drains_->add(comm.id());
+  if (!hold && comm.inFlight() == 0) {
     destroyComm(comm);
   } else {
     closing_.push_back(&comm);
   }
+}
+
+void Device::releaseClosed(Comm& comm) {
+  comm.setHeld(false);
+  if (comm.inFlight() == 0) destroyComm(comm);
 }
 
 void Device::destroyComm(Comm& comm) {
@@ -248,7 +266,7 @@ void Device::destroyComm(Comm& comm) {
 void Device::reapClosed() {
   std::vector<Comm*> done;
   for (Comm* comm : closing_) {
-    if (comm->inFlight() == 0) done.push_back(comm);
+    if (!comm->held() && comm->inFlight() == 0) done.push_back(comm);
   }
   for (Comm* comm : done) destroyComm(*comm);
 }

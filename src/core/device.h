@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "core/comm.h"
 #include "core/control_arena.h"
+#include "core/drain_pool.h"
 #include "core/memory_registry.h"
 #include "core/operation.h"
 #include "fabric/domain_lock.h"
@@ -113,10 +114,12 @@ class Device {
     return raw;
   }
   Comm* findComm(uint32_t id);
-  // Closes `comm`: cancels what it has in flight and frees it once nothing is left (possibly
-  // later, during progress).
-  void closeComm(Comm& comm);
-  void destroyComm(Comm& comm);
+  // Closes `comm`: cancels what it has in flight, starts draining late messages for its id, and
+  // frees it once the provider holds nothing of it any more (possibly later, during progress).
+  // With `hold`, the comm is not freed before releaseClosed(): the closing thread waits on it.
+  void closeComm(Comm& comm, bool hold = false);
+  void releaseClosed(Comm& comm);
+  DrainPool& drains() { return *drains_; }
 
   // Address vector entry for a peer endpoint, inserted once per distinct address.
   int peerAddress(const uint8_t* address, size_t length, fi_addr_t* out);
@@ -130,6 +133,7 @@ class Device {
   void dispatchError();
   void retryQueued();
   void reapClosed();
+  void destroyComm(Comm& comm);
   abi::Result postNow(Operation& op, ssize_t* ret);
   // Maps a post's return value: success, kInProgress for -FI_EAGAIN, else one WARN.
   abi::Result postResult(const Operation& op, ssize_t ret) const;
@@ -145,6 +149,7 @@ class Device {
   std::unique_ptr<memory::FabricRegistrar> registrar_;
   std::unique_ptr<MemoryRegistry> memory_;
   std::unique_ptr<ControlArena> controlArena_;
+  std::unique_ptr<DrainPool> drains_;
   bool orderingOk_ = true;
   const memory::CudaDriver* cuda_ = nullptr;
   bool rmaRead_ = false;

@@ -73,14 +73,15 @@ abi::Result ListenComm::accept(RecvComm** out) {
     if (accepting_ == nullptr) return abi::kSystemError;
     abi::Result result = accepting_->start(message);
     if (result != abi::kSuccess) {
-      device().destroyComm(*accepting_);
+      // Through the normal close: start() may have posted receives that point into the comm.
+      device().closeComm(*accepting_);
       accepting_ = nullptr;
       return result;
     }
   }
   if (accepting_ == nullptr) return abi::kSuccess;
   if (accepting_->failed()) {
-    device().destroyComm(*accepting_);
+    device().closeComm(*accepting_);
     accepting_ = nullptr;
     return abi::kRemoteError;
   }

@@ -11,8 +11,18 @@
 namespace nnf::core {
 
 struct Request;
+struct Operation;
 
-class Comm;  // owner of an operation: hears about its completion
+// Whoever posted an operation hears about its completion (comms, and the device's drain
+// receives for closed comm ids). Called by the device with its lock held.
+class OperationOwner {
+ public:
+  virtual void onComplete(Operation& op, size_t length) = 0;
+  virtual void onError(Operation& op, int error, size_t overflow, const char* text) = 0;
+
+ protected:
+  ~OperationOwner() = default;
+};
 
 enum class OpType : uint8_t { kSend, kRecv, kRead };
 
@@ -31,7 +41,7 @@ inline const char* opTypeName(OpType type) {
 
 struct Operation {
   fi_context2 context;  // provider scratch space (FI_CONTEXT / FI_CONTEXT2 modes)
-  Comm* owner = nullptr;
+  OperationOwner* owner = nullptr;
   Request* request = nullptr;  // null for connection set-up messages
   OpType type = OpType::kSend;
   uint8_t index = 0;      // position in a grouped receive
@@ -42,6 +52,7 @@ struct Operation {
   void* desc = nullptr;
   fi_addr_t peer = FI_ADDR_UNSPEC;
   uint64_t tag = 0;
+  uint64_t ignore = 0;         // kRecv: tag bits that need not match (drain receives)
   uint64_t remoteAddress = 0;  // kRead: source address and key at the peer
   uint64_t remoteKey = 0;
   Operation* nextQueued = nullptr;

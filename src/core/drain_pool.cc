@@ -1,0 +1,129 @@
+#include "core/drain_pool.h"
+
+#include <rdma/fi_errno.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+
+#include "core/device.h"
+#include "core/tags.h"
+#include "log/log.h"
+
+namespace nnf::core {
+
+namespace {
+// Large drained messages give their scratch pages back above this size.
+constexpr size_t kReleaseAbove = size_t{1} << 20;
+}  // namespace
+
+DrainPool::DrainPool(Device& device, size_t capacity, size_t bulkBytes)
+    : device_(device), capacity_(capacity) {
+  // Address space only: pages appear where a message lands and go back after it.
+  for (size_t size = bulkBytes; size >= kReleaseAbove && bulk_ == nullptr; size /= 2) {
+    void* area = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (area == MAP_FAILED) continue;
+    bulk_ = static_cast<uint8_t*>(area);
+    bulkBytes_ = size;
+  }
+}
+
+DrainPool::~DrainPool() {
+  for (auto& [id, entry] : byId_) device_.controlArena().release(&entry->slot);
+  for (auto& entry : stopping_) device_.controlArena().release(&entry->slot);
+  if (bulk_ != nullptr) munmap(bulk_, bulkBytes_);
+}
+
+void DrainPool::add(uint32_t id) {
+  if (capacity_ == 0 || byId_.count(id) != 0) return;
+  while (byId_.size() >= capacity_ && !order_.empty()) {
+    uint32_t oldest = order_.front();
+    order_.pop_front();
+    remove(oldest);
+  }
+  auto entry = std::make_unique<Entry>();
+  if (bulk_ == nullptr && !device_.controlArena().acquire(&entry->slot)) return;  // logged
+  entry->id = id;
+  Operation& op = entry->op;
+  op.owner = this;
+  op.type = OpType::kRecv;
+  op.buffer = bulk_ != nullptr ? bulk_ : entry->slot.data;
+  op.length = bulk_ != nullptr ? bulkBytes_ : ControlSlot::kSize;
+  op.desc = bulk_ != nullptr ? nullptr : entry->slot.desc;
+  // The comm id bits must match; data or control, sequence number and NCCL tag may be anything.
+  op.tag = uint64_t{id & tags::kMaxCommId} << tags::kCommIdShift;
+  op.ignore = ~(uint64_t{tags::kMaxCommId} << tags::kCommIdShift);
+  if (device_.post(op) != abi::kSuccess) {
+    if (!warned_) NNF_WARN("device %d: cannot drain closed comm %u", device_.index(), id);
+    warned_ = true;
+    device_.controlArena().release(&entry->slot);
+    return;
+  }
+  order_.push_back(id);
+  byId_.emplace(id, std::move(entry));
+}
+
+void DrainPool::remove(uint32_t id) {
+  auto it = byId_.find(id);
+  if (it == byId_.end()) return;
+  std::unique_ptr<Entry> entry = std::move(it->second);
+  byId_.erase(it);
+  auto pos = std::find(order_.begin(), order_.end(), id);
+  if (pos != order_.end()) order_.erase(pos);
+  Entry* raw = entry.get();
+  stopping_.push_back(std::move(entry));
+  stop(raw);
+}
+
+void DrainPool::stop(Entry* entry) {
+  entry->active = false;
+  Operation& op = entry->op;
+  if (op.queued) device_.unqueue(op);
+  // A posted receive that has not matched leaves the provider's list at once; one that matched
+  // a message already completes with it. Either way a new comm with this id loses nothing.
+  if (op.inFlight) {
+    device_.rail().cancel(&op.context);
+  } else {
+    free(entry);
+  }
+}
+
+void DrainPool::free(Entry* entry) {
+  device_.controlArena().release(&entry->slot);
+  auto it = std::find_if(stopping_.begin(), stopping_.end(),
+                         [entry](const std::unique_ptr<Entry>& e) { return e.get() == entry; });
+  if (it != stopping_.end()) stopping_.erase(it);
+}
+
+void DrainPool::repost(Entry* entry) {
+  if (device_.post(entry->op) == abi::kSuccess) return;
+  if (!warned_) NNF_WARN("device %d: cannot drain closed comm %u", device_.index(), entry->id);
+  warned_ = true;
+  remove(entry->id);
+}
+
+void DrainPool::onComplete(Operation& op, size_t length) {
+  Entry* entry = entryOf(op);
+  if (bulk_ != nullptr && length > kReleaseAbove) {
+    madvise(bulk_, std::min(length, bulkBytes_), MADV_DONTNEED);
+  }
+  if (!entry->active) {
+    free(entry);
+    return;
+  }
+  ++discarded_;
+  repost(entry);
+}
+
+void DrainPool::onError(Operation& op, int error, size_t /*overflow*/, const char* /*text*/) {
+  Entry* entry = entryOf(op);
+  if (!entry->active) {
+    free(entry);
+    return;
+  }
+  // Truncation is the usual way a late data message ends here; anything else also consumed it.
+  if (error != FI_ECANCELED) ++discarded_;
+  repost(entry);
+}
+
+}  // namespace nnf::core

@@ -158,6 +158,7 @@ constexpr uint64_t kClosePeerCheckNs = 1000000;
 // taking messages), with a WARN: the provider may then still touch those buffers.
 void closeAndWait(Device& device, Comm& comm, int64_t limitMs) {
   const uint32_t id = comm.id();
+  const Comm::Kind kind = comm.kind();
   const uint64_t start = nowNs();
   uint64_t nextCheck = start;
   bool gone = false;
@@ -200,9 +201,9 @@ void closeAndWait(Device& device, Comm& comm, int64_t limitMs) {
              id, left, ms);
   } else {
     NNF_WARN(
-        "comm %u closed with %d operation(s) still held by the provider after %.0f ms "
+        "%s comm %u closed with %d operation(s) still held by the provider after %.0f ms "
         "(NCCL_FABRIC_CLOSE_TIMEOUT_MS): their buffers must stay allocated",
-        id, left, ms);
+        kKindNames[static_cast<int>(kind)], id, left, ms);
   }
 }
 

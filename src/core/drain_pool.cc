@@ -121,9 +121,15 @@ void DrainPool::onError(Operation& op, int error, size_t /*overflow*/, const cha
     free(entry);
     return;
   }
-  // Truncation is the usual way a late data message ends here; anything else also consumed it.
-  if (error != FI_ECANCELED) ++discarded_;
-  repost(entry);
+  // Truncation is the usual way a late data message ends here. Any other error comes from a
+  // broken connection (a dead peer sends nothing more): stop draining that id rather than post
+  // again into a provider that is tearing the connection down.
+  if (error == FI_ETRUNC) {
+    ++discarded_;
+    repost(entry);
+    return;
+  }
+  remove(entry->id);
 }
 
 }  // namespace nnf::core

@@ -92,7 +92,7 @@ TEST(ConfigLoad, KnownDefaults) {
   EXPECT_EQ(config.integer(Param::kMaxRecvs), 8);
   EXPECT_EQ(config.string(Param::kProtocol), "sendrecv");
   EXPECT_EQ(config.string(Param::kProvider), "");
-  EXPECT_EQ(config.integer(Param::kCloseTimeoutMs), 1000);
+  EXPECT_EQ(config.integer(Param::kCloseTimeoutMs), 10000);
   // Healthy ranks wait for hours (checkpoints, evaluation): no request timeout unless asked.
   EXPECT_EQ(config.integer(Param::kRequestTimeoutS), 0);
 }

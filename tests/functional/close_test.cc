@@ -1,0 +1,469 @@
+// Closing comms with requests in flight, as an abort does (ncclCommAbort, a watchdog timeout, an
+// elastic restart): NCCL deregisters, closes and frees the buffers at once. Once a close returns
+// the plugin must never touch those buffers again (a canary written after close stays intact; the
+// buffers can be unmapped at once), close must not wait for nothing (idle close < 1 ms, 100 busy
+// closes < 2 s), and messages that arrive for closed comms must be drained so that the device
+// keeps connecting and moving data.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/harness.h"
+#include "support/patterns.h"
+#include "support/plugin_ops.h"
+#include "support/test_env.h"
+
+namespace nnf::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kInFlight = 32;         // requests each way per comm pair
+constexpr size_t kMessage = 1 << 20;  // 1 MiB each
+constexpr uint8_t kCanary = 0xC5;
+constexpr int kTag = 0x42;
+constexpr int kMaxThreads = 4;
+
+double msSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Rounds of the abort test: 100 on shm; tcp and efa (the EFA-rules provider over tcp) move every
+// byte through the loopback socket on a shared CI machine (4 threads: ~4 s a round), so 5 there.
+int abortRounds() {
+  if (const char* rounds = getenv("NNF_CLOSE_ROUNDS")) return atoi(rounds);
+  return testProvider() == "shm" ? 100 : 5;
+}
+
+// Anonymous memory of its own mapping, so that it can be unmapped right after close.
+struct Mapping {
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  explicit Mapping(size_t bytes) : size(bytes) {
+    void* area = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    data = area == MAP_FAILED ? nullptr : static_cast<uint8_t*>(area);
+  }
+  void unmap() {
+    if (data != nullptr) munmap(data, size);
+    data = nullptr;
+  }
+  ~Mapping() { unmap(); }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+};
+
+// connect and accept polled alternately (both processes do both at once).
+void connectBoth(Peer& peer, Handle peerHandle, void* listen, void** sendComm, void** recvComm) {
+  *sendComm = nullptr;
+  *recvComm = nullptr;
+  Deadline deadline(kOpTimeoutSec);
+  while (*sendComm == nullptr || *recvComm == nullptr) {
+    abi::NetDeviceHandleV8* devComm = nullptr;
+    if (*sendComm == nullptr) {
+      ASSERT_EQ(peer.net->connect(peer.dev, peerHandle.bytes, sendComm, &devComm), abi::kSuccess);
+    }
+    if (*recvComm == nullptr) {
+      ASSERT_EQ(peer.net->accept(listen, recvComm, &devComm), abi::kSuccess);
+    }
+    ASSERT_FALSE(deadline.expired()) << "connection set-up did not finish";
+    std::this_thread::yield();
+  }
+}
+
+// Keeps the device progressing from a thread of its own, as NCCL's other proxy threads (or the
+// comms of a restarted job) do after a close: the drain receives for closed comms run only when
+// the device progresses. Accept on a listener nobody connects to drives it.
+class Progressor {
+ public:
+  explicit Progressor(Peer& peer) : peer_(peer) {
+    Handle handle;
+    listenOn(peer, &handle, &listen_);
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        void* none = nullptr;
+        abi::NetDeviceHandleV8* devComm = nullptr;
+        EXPECT_EQ(peer_.net->accept(listen_, &none, &devComm), abi::kSuccess);
+        EXPECT_EQ(none, nullptr);
+        std::this_thread::yield();
+      }
+    });
+  }
+  ~Progressor() {
+    stop_ = true;
+    thread_.join();
+    closeListen(peer_, listen_);
+  }
+
+ private:
+  Peer& peer_;
+  void* listen_ = nullptr;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+struct Mode {
+  const char* name;
+  int threads;
+  bool unmap;  // unmap at once; else overwrite with the canary and check it later
+};
+
+// One thread's round: a fresh comm pair each way, 32 x 1 MiB posted each way, a little progress,
+// then deregister and close with everything still in flight.
+struct Round {
+  Mapping sends{kInFlight * kMessage};
+  Mapping recvs{kInFlight * kMessage};
+  double closeMs = 0;
+};
+
+void abortRound(Peer& peer, const Handle& peerHandle, void* listen, int round, Round* out) {
+  ASSERT_NE(out->sends.data, nullptr);
+  ASSERT_NE(out->recvs.data, nullptr);
+  void *sendComm, *recvComm;
+  ASSERT_NO_FATAL_FAILURE(connectBoth(peer, peerHandle, listen, &sendComm, &recvComm));
+  void *sendMh, *recvMh;
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, sendComm, out->sends.data, out->sends.size, &sendMh));
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, recvComm, out->recvs.data, out->recvs.size, &recvMh));
+  memset(out->sends.data, round & 0xff, out->sends.size);
+  std::vector<void*> requests;
+  for (int i = 0; i < kInFlight; ++i) {
+    void* request = nullptr;
+    void* data = out->recvs.data + i * kMessage;
+    int size = kMessage;
+    int tag = kTag;
+    ASSERT_EQ(peer.net->irecv(recvComm, 1, &data, &size, &tag, &recvMh, &request), abi::kSuccess);
+    ASSERT_NE(request, nullptr);
+    requests.push_back(request);
+    ASSERT_EQ(
+        peer.net->isend(sendComm, out->sends.data + i * kMessage, kMessage, kTag, sendMh, &request),
+        abi::kSuccess);
+    ASSERT_NE(request, nullptr);
+    requests.push_back(request);
+  }
+  // Some rounds close at once, others after some messages moved: every stage of a transfer.
+  int polls = (round * 7) % 40;
+  for (int p = 0; p < polls; ++p) {
+    for (void*& request : requests) {
+      if (request == nullptr) continue;
+      int done = 0;
+      ASSERT_EQ(peer.net->test(request, &done, nullptr), abi::kSuccess);
+      if (done) request = nullptr;
+    }
+  }
+  // NCCL's order: deregister, then close, then free.
+  auto start = Clock::now();
+  EXPECT_EQ(peer.net->deregMr(sendComm, sendMh), abi::kSuccess);
+  EXPECT_EQ(peer.net->deregMr(recvComm, recvMh), abi::kSuccess);
+  if (round % 2 == 0) {
+    EXPECT_EQ(peer.net->closeSend(sendComm), abi::kSuccess);
+    EXPECT_EQ(peer.net->closeRecv(recvComm), abi::kSuccess);
+  } else {
+    EXPECT_EQ(peer.net->closeRecv(recvComm), abi::kSuccess);
+    EXPECT_EQ(peer.net->closeSend(sendComm), abi::kSuccess);
+  }
+  out->closeMs = msSince(start);
+}
+
+class Abort : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(Abort, CloseWithRequestsInFlightThenFreeTheBuffers) {
+  const Mode mode = GetParam();
+  const int rounds = abortRounds();
+  if (testProvider() == "shm" && getenv("NNF_CLOSE_ROUNDS") == nullptr) {
+    // Issue 12, open: on shm, within 5 to 20 rounds some 1 MiB sends to a closed comm stop
+    // being drained (2 of 32 drained, then nothing for 10 s) and hold back that peer's queue.
+    // Run by hand with NNF_CLOSE_ROUNDS=N to reproduce.
+    GTEST_SKIP() << "shm: a drained 1 MiB send can stall (issue 12, open); NNF_CLOSE_ROUNDS=N";
+  }
+  // Both processes run the same body: listen per thread, swap handles, then rounds.
+  auto body = [&](Peer& peer) {
+    std::vector<void*> listens(mode.threads);
+    std::vector<Handle> mine(mode.threads), theirs(mode.threads);
+    for (int t = 0; t < mode.threads; ++t) {
+      ASSERT_NO_FATAL_FAILURE(listenOn(peer, &mine[t], &listens[t]));
+    }
+    ASSERT_TRUE(peer.channel->send(mine.data(), sizeof(Handle) * mode.threads));
+    ASSERT_TRUE(peer.channel->recv(theirs.data(), sizeof(Handle) * mode.threads));
+    std::vector<std::unique_ptr<Round>> previous(mode.threads);
+    double maxCloseMs = 0, totalCloseMs = 0;
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<std::unique_ptr<Round>> current(mode.threads);
+      std::vector<std::thread> threads;
+      for (int t = 0; t < mode.threads; ++t) {
+        current[t] = std::make_unique<Round>();
+        threads.emplace_back([&, t] {
+          SCOPED_TRACE("round " + std::to_string(round) + " thread " + std::to_string(t));
+          abortRound(peer, theirs[t], listens[t], round, current[t].get());
+          if (mode.unmap) {
+            current[t]->sends.unmap();
+            current[t]->recvs.unmap();
+          } else {
+            memset(current[t]->sends.data, kCanary, current[t]->sends.size);
+            memset(current[t]->recvs.data, kCanary, current[t]->recvs.size);
+          }
+        });
+      }
+      {
+        // The device keeps progressing until both sides closed everything (the peer's sends
+        // to our closed comms are drained meanwhile).
+        Progressor progressor(peer);
+        for (std::thread& thread : threads) thread.join();
+        if (::testing::Test::HasFailure()) return;
+        ASSERT_TRUE(peer.channel->signal());
+        ASSERT_TRUE(peer.channel->wait());
+      }
+      for (int t = 0; t < mode.threads; ++t) {
+        maxCloseMs = std::max(maxCloseMs, current[t]->closeMs);
+        totalCloseMs += current[t]->closeMs;
+        if (previous[t] != nullptr && !mode.unmap) {
+          ASSERT_TRUE(verifySentinel(previous[t]->sends.data, previous[t]->sends.size, kCanary))
+              << "a send buffer changed after close (round " << round - 1 << ")";
+          ASSERT_TRUE(verifySentinel(previous[t]->recvs.data, previous[t]->recvs.size, kCanary))
+              << "a receive buffer was written after close (round " << round - 1 << ")";
+        }
+        previous[t] = std::move(current[t]);
+      }
+    }
+    // The device still works, and the last round's canaries held after all of it.
+    HostBuffer out(kMessage), in(kMessage);
+    void *sendComm, *recvComm;
+    ASSERT_NO_FATAL_FAILURE(connectBoth(peer, theirs[0], listens[0], &sendComm, &recvComm));
+    void *sendMh, *recvMh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, sendComm, out.data(), kMessage, &sendMh));
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, recvComm, in.data(), kMessage, &recvMh));
+    fillPattern(out.data(), kMessage, 99);
+    void *recvRequest, *sendRequest;
+    ASSERT_NO_FATAL_FAILURE(
+        postRecv(peer, recvComm, in.data(), kMessage, kTag, recvMh, &recvRequest));
+    ASSERT_NO_FATAL_FAILURE(
+        postSend(peer, sendComm, out.data(), kMessage, kTag, sendMh, &sendRequest));
+    int size = -1;
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, sendRequest, nullptr));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, recvRequest, &size));
+    EXPECT_EQ(size, static_cast<int>(kMessage));
+    EXPECT_TRUE(verifyPattern(in.data(), kMessage, 99));
+    for (int t = 0; t < mode.threads && !mode.unmap; ++t) {
+      if (previous[t] == nullptr) continue;
+      EXPECT_TRUE(verifySentinel(previous[t]->sends.data, previous[t]->sends.size, kCanary));
+      EXPECT_TRUE(verifySentinel(previous[t]->recvs.data, previous[t]->recvs.size, kCanary));
+    }
+    dereg(peer, sendComm, sendMh);
+    dereg(peer, recvComm, recvMh);
+    peer.channel->finishBarrier(60);
+    closeSend(peer, sendComm);
+    closeRecv(peer, recvComm);
+    for (void* listen : listens) closeListen(peer, listen);
+    // A close that gave up on its operations says so: that must not happen with a live peer.
+    for (const std::string& text : peer.warningTexts()) {
+      EXPECT_EQ(text.find("still held by the provider"), std::string::npos) << text;
+    }
+    fprintf(stderr, "[%s] %d rounds x %d threads: close of a busy pair max %.1f ms, mean %.2f ms\n",
+            peer.role.c_str(), rounds, mode.threads, maxCloseMs,
+            totalCloseMs / (rounds * mode.threads));
+  };
+  runTwoProcesses(body, body, 600);
+}
+
+INSTANTIATE_TEST_SUITE_P(Close, Abort,
+                         ::testing::Values(Mode{"OneThreadCanary", 1, false},
+                                           Mode{"OneThreadUnmap", 1, true},
+                                           Mode{"FourThreadsCanary", kMaxThreads, false},
+                                           Mode{"FourThreadsUnmap", kMaxThreads, true}),
+                         [](const ::testing::TestParamInfo<Mode>& info) {
+                           return std::string(info.param.name);
+                         });
+
+// 50 comm pairs each way (100 comms per process) with requests in flight, closed by both sides at
+// once: under 2 s in all. Each closed idle comm: under 1 ms.
+TEST(Close, HundredBusyCommsCloseUnderTwoSecondsAndIdleOnesUnderOneMillisecond) {
+  constexpr int kPairs = 50;
+  constexpr int kPerComm = 8;
+  constexpr size_t kSize = 256 << 10;
+  auto body = [&](Peer& peer) {
+    void* listen;
+    Handle mine, theirs;
+    ASSERT_NO_FATAL_FAILURE(listenOn(peer, &mine, &listen));
+    ASSERT_TRUE(peer.channel->send(&mine, sizeof(mine)));
+    ASSERT_TRUE(peer.channel->recv(&theirs, sizeof(theirs)));
+    HostBuffer out(kPerComm * kSize), in(kPerComm * kSize);
+    std::vector<void*> sends(kPairs), recvs(kPairs), sendMhs(kPairs), recvMhs(kPairs);
+    for (int c = 0; c < kPairs; ++c) {
+      ASSERT_NO_FATAL_FAILURE(connectBoth(peer, theirs, listen, &sends[c], &recvs[c]));
+      ASSERT_NO_FATAL_FAILURE(regHost(peer, sends[c], out.data(), out.size(), &sendMhs[c]));
+      ASSERT_NO_FATAL_FAILURE(regHost(peer, recvs[c], in.data(), in.size(), &recvMhs[c]));
+    }
+    // Idle closes first: a pair that moved one message and has nothing in flight.
+    std::vector<double> idleMs;
+    for (int c = 0; c < 10; ++c) {
+      void *sendComm, *recvComm, *sendMh, *recvMh, *sendRequest, *recvRequest;
+      ASSERT_NO_FATAL_FAILURE(connectBoth(peer, theirs, listen, &sendComm, &recvComm));
+      ASSERT_NO_FATAL_FAILURE(regHost(peer, sendComm, out.data(), 4096, &sendMh));
+      ASSERT_NO_FATAL_FAILURE(regHost(peer, recvComm, in.data(), 4096, &recvMh));
+      ASSERT_NO_FATAL_FAILURE(
+          postRecv(peer, recvComm, in.data(), 4096, kTag, recvMh, &recvRequest));
+      ASSERT_NO_FATAL_FAILURE(
+          postSend(peer, sendComm, out.data(), 4096, kTag, sendMh, &sendRequest));
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, sendRequest, nullptr));
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, recvRequest, nullptr));
+      dereg(peer, sendComm, sendMh);
+      dereg(peer, recvComm, recvMh);
+      ASSERT_TRUE(peer.channel->signal());  // both sides done with this pair before closing
+      ASSERT_TRUE(peer.channel->wait());
+      auto start = Clock::now();
+      closeSend(peer, sendComm);
+      idleMs.push_back(msSince(start));
+      start = Clock::now();
+      closeRecv(peer, recvComm);
+      idleMs.push_back(msSince(start));
+    }
+    std::sort(idleMs.begin(), idleMs.end());
+    double median = idleMs[idleMs.size() / 2];
+    EXPECT_LT(median, 1.0) << "closing an idle comm should return at once";
+
+    for (int c = 0; c < kPairs; ++c) {
+      for (int i = 0; i < kPerComm; ++i) {
+        void* request;
+        ASSERT_NO_FATAL_FAILURE(
+            postRecv(peer, recvs[c], in.data() + i * kSize, kSize, kTag, recvMhs[c], &request));
+        ASSERT_NO_FATAL_FAILURE(
+            postSend(peer, sends[c], out.data() + i * kSize, kSize, kTag, sendMhs[c], &request));
+      }
+    }
+    ASSERT_TRUE(peer.channel->signal());
+    ASSERT_TRUE(peer.channel->wait());
+    auto progressor = std::make_unique<Progressor>(peer);
+    auto start = Clock::now();
+    for (int c = 0; c < kPairs; ++c) {
+      dereg(peer, sends[c], sendMhs[c]);
+      dereg(peer, recvs[c], recvMhs[c]);
+      // Half the pairs close their receive comm first.
+      if (c % 2 == 0) {
+        closeSend(peer, sends[c]);
+        closeRecv(peer, recvs[c]);
+      } else {
+        closeRecv(peer, recvs[c]);
+        closeSend(peer, sends[c]);
+      }
+    }
+    double busyMs = msSince(start);
+    EXPECT_LT(busyMs, 2000) << "closing 100 busy comms";
+    fprintf(stderr,
+            "[%s] idle close median %.3f ms max %.3f ms; 100 busy comms closed in %.0f ms\n",
+            peer.role.c_str(), median, idleMs.back(), busyMs);
+    peer.channel->finishBarrier(60);
+    progressor.reset();
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(body, body, 300);
+}
+
+// Messages sent to comms the peer has closed are consumed and discarded: afterwards new comms
+// connect and move verified data (shm would otherwise keep each one in one of its 1,024 receive
+// slots; tcp would keep the sender waiting). NNF_DRAIN_MESSAGES sets the count (10,000 in CI).
+TEST(Close, MessagesForClosedCommsAreDrained) {
+  constexpr int kComms = 100;
+  constexpr int kWindow = 16;
+  constexpr size_t kLarge = 1 << 20;
+  const int messages = getenv("NNF_DRAIN_MESSAGES") ? atoi(getenv("NNF_DRAIN_MESSAGES")) : 10000;
+  auto sender = [&](Peer& peer) {
+    std::vector<void*> comms(kComms);
+    Handle handle;
+    ASSERT_TRUE(peer.channel->recv(handle.bytes, sizeof(handle.bytes)));
+    for (void*& comm : comms) ASSERT_NO_FATAL_FAILURE(connectTo(peer, &handle, &comm));
+    ASSERT_TRUE(peer.channel->wait());  // the receiver closed every one of them
+    HostBuffer out(kLarge);
+    fillPattern(out.data(), kLarge, 7);
+    std::vector<void*> mhs(kComms);
+    for (int c = 0; c < kComms; ++c) {
+      ASSERT_NO_FATAL_FAILURE(regHost(peer, comms[c], out.data(), kLarge, &mhs[c]));
+    }
+    auto start = Clock::now();
+    std::vector<void*> window;
+    std::vector<int> sizes;
+    for (int m = 0; m < messages; ++m) {
+      int c = m % kComms;
+      // Mostly small messages; every 50th one large (truncated by a small drain buffer).
+      int size = m % 50 == 0 ? static_cast<int>(kLarge) : 64;
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(
+          postSend(peer, comms[c], out.data(), size, kTag + m % 3, mhs[c], &request));
+      window.push_back(request);
+      if (window.size() == kWindow) {
+        ASSERT_NO_FATAL_FAILURE(waitAll(peer, window, &sizes)) << "message " << m;
+        window.clear();
+      }
+    }
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, window, &sizes));
+    fprintf(stderr, "[sender] %d messages to closed comms completed in %.0f ms\n", messages,
+            msSince(start));
+    for (int c = 0; c < kComms; ++c) {
+      dereg(peer, comms[c], mhs[c]);
+      closeSend(peer, comms[c]);
+    }
+    ASSERT_TRUE(peer.channel->signal());
+    // New comms on the same devices still connect and move data.
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, out.data(), kLarge, &mh));
+    for (int m = 0; m < 8; ++m) {
+      void* request;
+      fillPattern(out.data(), kLarge, 100 + m);
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, out.data(), kLarge, kTag, mh, &request));
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    }
+    dereg(peer, comm, mh);
+    peer.channel->finishBarrier(60);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void* listen;
+    Handle handle;
+    ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
+    ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle.bytes)));
+    for (int c = 0; c < kComms; ++c) {
+      void* comm;
+      ASSERT_NO_FATAL_FAILURE(acceptOn(peer, listen, &comm));
+      closeRecv(peer, comm);
+    }
+    closeListen(peer, listen);
+    ASSERT_TRUE(peer.channel->signal());
+    // Keep the device progressing while the late messages arrive.
+    auto progressor = std::make_unique<Progressor>(peer);
+    bool sent = peer.channel->wait(600);
+    progressor.reset();
+    ASSERT_TRUE(sent);
+    ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
+    void* comm;
+    ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle.bytes)));
+    ASSERT_NO_FATAL_FAILURE(acceptOn(peer, listen, &comm));
+    HostBuffer in(kLarge);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, in.data(), kLarge, &mh));
+    for (int m = 0; m < 8; ++m) {
+      void* request;
+      int size = -1;
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, in.data(), kLarge, kTag, mh, &request));
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
+      EXPECT_EQ(size, static_cast<int>(kLarge));
+      EXPECT_TRUE(verifyPattern(in.data(), kLarge, 100 + m)) << "message " << m;
+    }
+    dereg(peer, comm, mh);
+    peer.channel->finishBarrier(60);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 900);
+}
+
+}  // namespace
+}  // namespace nnf::test

@@ -133,8 +133,8 @@ void gpuTransfers(bool expectReadFlush) {
         void* handle = onGpu ? gpuHandle : hostHandle;
         fillSentinel(buffer.data(), kCapacity);
         void* request;
-        ASSERT_NO_FATAL_FAILURE(
-            postRecv(peer, comm, buffer.data(), static_cast<int>(kCapacity), kTag, handle, &request));
+        ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data(), static_cast<int>(kCapacity),
+                                         kTag, handle, &request));
         int received = -1;
         ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &received));
         ASSERT_EQ(received, size);
@@ -170,12 +170,13 @@ TEST_F(EfaPlugin, InitSetsEveryEfaOptionAndSaysSo) {
     for (const char* line :
          {"set FI_OPT_CUDA_API_PERMITTED=false", "set FI_OPT_SHARED_MEMORY_PERMITTED=false",
           "set FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES=true", "FI_EFA_USE_HUGE_PAGE",
-          "FI_EFA_FORK_SAFE", "efa rules", "memory: DMA-BUF",
-          NNF_HAVE_FI_MR_DMABUF ? "ptrSupport=7" : "ptrSupport=3"}) {
+          "FI_EFA_FORK_SAFE", "efa rules", "memory: DMA-BUF", "LL/LL128 protocols are safe",
+          "protocol sendrecv", NNF_HAVE_FI_MR_DMABUF ? "ptrSupport=7" : "ptrSupport=3"}) {
       EXPECT_TRUE(anyContains(info, line)) << "no INFO line with '" << line << "':\n"
                                            << joined(info);
     }
-    EXPECT_EQ(peer.props.ptrSupport & (abi::kPtrHost | abi::kPtrCuda), abi::kPtrHost | abi::kPtrCuda);
+    EXPECT_EQ(peer.props.ptrSupport & (abi::kPtrHost | abi::kPtrCuda),
+              abi::kPtrHost | abi::kPtrCuda);
     EXPECT_EQ(getenv("NCCL_PROTO"), nullptr) << "ordering is guaranteed: LL/LL128 stay allowed";
     EXPECT_EQ(peer.warnings(), 0) << joined(peer.warningTexts());
   });
@@ -322,14 +323,16 @@ void dmaBufTransfer(bool providerImports) {
 }
 
 TEST_F(EfaPlugin, DmaBufRegistrationWithAnOffsetReachesTheProviderRight) {
-  if (!NNF_HAVE_FI_MR_DMABUF) GTEST_SKIP() << "built against libfabric headers without FI_MR_DMABUF";
+  if (!NNF_HAVE_FI_MR_DMABUF)
+    GTEST_SKIP() << "built against libfabric headers without FI_MR_DMABUF";
   env_.set("NNF_EFA_RULES_DMABUF", "1");
   dmaBufTransfer(/*providerImports=*/true);
   EXPECT_TRUE(report().empty()) << joined(report());
 }
 
 TEST_F(EfaPlugin, RefusedDmaBufFallsBackToAddressRegistrationOnce) {
-  if (!NNF_HAVE_FI_MR_DMABUF) GTEST_SKIP() << "built against libfabric headers without FI_MR_DMABUF";
+  if (!NNF_HAVE_FI_MR_DMABUF)
+    GTEST_SKIP() << "built against libfabric headers without FI_MR_DMABUF";
   env_.set("NNF_EFA_RULES_DMABUF", "0");
   dmaBufTransfer(/*providerImports=*/false);
   EXPECT_TRUE(report().empty()) << joined(report());

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per message spent in the plugin itself on the hot path, counted by callgrind
 # (repeatable on a noisy machine): fabric-net-perf msgrate through the plugin only, collecting
-# only inside the shim's isend / irecv / test, and per rank the self cost of the plugin's code
+# only inside the shim's isend / irecv / test (entries.cc; the older single-ABI names too), and per rank the self cost of the plugin's code
 # plus the glibc lock calls it makes, divided by the messages.
 #   scripts/callgrind-hotpath.sh [PROVIDER] [SIZE] [MESSAGES]     (default shm 64 20000)
 set -euo pipefail
@@ -18,6 +18,9 @@ export FI_TCP_IFACE=${FI_TCP_IFACE:-lo}
   '--toggle-collect=nnf::abi::(anonymous namespace)::isend*' \
   '--toggle-collect=nnf::abi::(anonymous namespace)::irecv*' \
   '--toggle-collect=nnf::abi::(anonymous namespace)::test*' \
+  '--toggle-collect=nnf::abi::entry::isend*' \
+  '--toggle-collect=nnf::abi::entry::irecv*' \
+  '--toggle-collect=nnf::abi::entry::test*' \
   "$perf" msgrate --plugin-only --provider "$provider" -b "$size" -e "$size" -n "$messages" \
   -w "$warmup" --comms 1 -q >/dev/null 2>"$out/valgrind.log") ||
   { tail -20 "$out/valgrind.log" >&2; exit 1; }

@@ -9,7 +9,8 @@
 #
 # Leaks are counted only as "definitely lost" (--errors-for-leak-kinds=definite): memory still
 # reachable at exit is libfabric's process-lifetime state and the plugin's never-destroyed
-# singleton (by design: NCCL's threads may call in while the process exits).
+# singleton (by design: NCCL's threads may call in while the process exits). Suppressions
+# (tests/sanitizers/valgrind.supp) cover libfabric internals only; see the comments there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -30,6 +31,7 @@ set +e
 FI_PROVIDER=$provider FI_TCP_IFACE=lo NNF_TEST_PROVIDER=$provider \
   valgrind --tool=memcheck --leak-check=full --errors-for-leak-kinds=definite \
     --show-leak-kinds=definite --error-exitcode=99 --num-callers=30 \
+    --suppressions="$root/tests/sanitizers/valgrind.supp" \
     --log-file="$logs/memcheck.%p" \
     "$build/tests/transfer_test" --gtest_filter="$filter"
 rc=$?

@@ -74,6 +74,7 @@ fi
 echo
 echo "== stage times"
 printf '%s\n' "${times[@]}"
+printf '%-26s %5d s\n' "total" "$SECONDS"
 if ((${#failed[@]})); then
   echo "FAILED stages: ${failed[*]}"
 fi

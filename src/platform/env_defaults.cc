@@ -37,7 +37,10 @@ bool mayEnableLowLatency(const char* proto) {
 
 ProtoDecision decideProto(bool orderingOk, const char* userProto) {
   ProtoDecision decision;
-  if (orderingOk) return decision;
+  if (orderingOk) {
+    decision.message = "128-byte aligned delivery is in order: NCCL's LL/LL128 protocols are safe";
+    return decision;
+  }
   if (userProto == nullptr || userProto[0] == '\0') {
     decision.action = ProtoDecision::Action::kSetSimple;
     decision.message =
@@ -55,6 +58,7 @@ ProtoDecision decideProto(bool orderingOk, const char* userProto) {
 void applyProto(const ProtoDecision& decision) {
   switch (decision.action) {
     case ProtoDecision::Action::kNothing:
+      if (!decision.message.empty()) NNF_INFO(abi::kLogSubsysInit, "%s", decision.message.c_str());
       return;
     case ProtoDecision::Action::kSetSimple:
       setenv("NCCL_PROTO", "Simple", 0);

@@ -3,6 +3,7 @@
 // file the test reads. Two processes, GPU buffers through the fake CUDA driver, completions
 // reordered as SRD may deliver them.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -132,8 +133,8 @@ void gpuTransfers(bool expectReadFlush) {
         void* handle = onGpu ? gpuHandle : hostHandle;
         fillSentinel(buffer.data(), kCapacity);
         void* request;
-        ASSERT_NO_FATAL_FAILURE(
-            postRecv(peer, comm, buffer.data(), static_cast<int>(kCapacity), kTag, handle, &request));
+        ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data(), static_cast<int>(kCapacity),
+                                         kTag, handle, &request));
         int received = -1;
         ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &received));
         ASSERT_EQ(received, size);
@@ -169,11 +170,13 @@ TEST_F(EfaPlugin, InitSetsEveryEfaOptionAndSaysSo) {
     for (const char* line :
          {"set FI_OPT_CUDA_API_PERMITTED=false", "set FI_OPT_SHARED_MEMORY_PERMITTED=false",
           "set FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES=true", "FI_EFA_USE_HUGE_PAGE",
-          "FI_EFA_FORK_SAFE", "efa rules", "memory: DMA-BUF", "ptrSupport=3"}) {
+          "FI_EFA_FORK_SAFE", "efa rules", "memory: DMA-BUF", "LL/LL128 protocols are safe",
+          "protocol sendrecv", NNF_HAVE_FI_MR_DMABUF ? "ptrSupport=7" : "ptrSupport=3"}) {
       EXPECT_TRUE(anyContains(info, line)) << "no INFO line with '" << line << "':\n"
                                            << joined(info);
     }
-    EXPECT_EQ(peer.props.ptrSupport & (abi::kPtrHost | abi::kPtrCuda), abi::kPtrHost | abi::kPtrCuda);
+    EXPECT_EQ(peer.props.ptrSupport & (abi::kPtrHost | abi::kPtrCuda),
+              abi::kPtrHost | abi::kPtrCuda);
     EXPECT_EQ(getenv("NCCL_PROTO"), nullptr) << "ordering is guaranteed: LL/LL128 stay allowed";
     EXPECT_EQ(peer.warnings(), 0) << joined(peer.warningTexts());
   });
@@ -254,6 +257,84 @@ TEST_F(EfaPlugin, NarrowTagFormatIsRefusedAtInit) {
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status)) << describeStatus(status);
   EXPECT_EQ(WEXITSTATUS(status), 0) << "init must fail and say why (see the WARN above)";
+  EXPECT_TRUE(report().empty()) << joined(report());
+}
+
+// DMA-BUF (libfabric 2.x builds): a registration that starts 64 KiB into the exported buffer
+// reaches the provider as base_addr = start of the DMA-BUF, offset = 64 KiB (the provider checks
+// that base_addr + offset is the device memory declared); a provider that cannot import DMA-BUFs
+// is answered by one fallback to registration by address, with one WARN, and data still moves.
+void dmaBufTransfer(bool providerImports) {
+  constexpr size_t kOffset = 64 << 10;
+  constexpr int kSize = 512 << 10;
+  auto sender = [&](Peer& peer) {
+    ASSERT_EQ(peer.props.ptrSupport & abi::kPtrDmaBuf, abi::kPtrDmaBuf);
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer whole(kOffset + kSize);
+    uint8_t* start = static_cast<uint8_t*>(whole.data()) + kOffset;
+    Fake fake;
+    ASSERT_NO_FATAL_FAILURE(openFake(&fake));
+    fake.declare(start, kSize, 0);  // exactly the registered range is device memory
+    peer.resetWarnings();
+    std::vector<void*> handles;
+    for (int round = 0; round < 2; ++round) {
+      int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);  // stands for the exported DMA-BUF
+      ASSERT_GE(fd, 0);
+      void* mh = nullptr;
+      ASSERT_EQ(peer.net->regMrDmaBuf(comm, start, kSize, abi::kPtrCuda, kOffset, fd, &mh),
+                abi::kSuccess);
+      close(fd);
+      handles.push_back(mh);
+    }
+    std::vector<std::string> warnings = peer.warningTexts();
+    if (providerImports) {
+      EXPECT_TRUE(warnings.empty()) << joined(warnings);
+    } else {
+      ASSERT_EQ(warnings.size(), 1u) << "one WARN for the fallback, not one per registration:\n"
+                                     << joined(warnings);
+      EXPECT_NE(warnings[0].find("registering GPU memory by address"), std::string::npos);
+    }
+    fillPattern(start, kSize, 99);
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, start, kSize, kTag, handles[1], &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    for (void* mh : handles) dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer buffer(kSize);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    fillSentinel(buffer.data(), kSize);
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data(), kSize, kTag, mh, &request));
+    int size = -1;
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
+    EXPECT_EQ(size, kSize);
+    EXPECT_TRUE(verifyPattern(buffer.data(), kSize, 99));
+    dereg(peer, comm, mh);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 120);
+}
+
+TEST_F(EfaPlugin, DmaBufRegistrationWithAnOffsetReachesTheProviderRight) {
+  if (!NNF_HAVE_FI_MR_DMABUF)
+    GTEST_SKIP() << "built against libfabric headers without FI_MR_DMABUF";
+  env_.set("NNF_EFA_RULES_DMABUF", "1");
+  dmaBufTransfer(/*providerImports=*/true);
+  EXPECT_TRUE(report().empty()) << joined(report());
+}
+
+TEST_F(EfaPlugin, RefusedDmaBufFallsBackToAddressRegistrationOnce) {
+  if (!NNF_HAVE_FI_MR_DMABUF)
+    GTEST_SKIP() << "built against libfabric headers without FI_MR_DMABUF";
+  env_.set("NNF_EFA_RULES_DMABUF", "0");
+  dmaBufTransfer(/*providerImports=*/false);
   EXPECT_TRUE(report().empty()) << joined(report());
 }
 

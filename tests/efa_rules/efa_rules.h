@@ -138,6 +138,9 @@ struct Mr {
   bool device = false;  // registered with FI_HMEM_CUDA (or as a DMA-BUF)
 };
 void installMrOps(fi_ops_mr* ops);
+// Turns a remote address and key as EFA callers give them (virtual address, our key) into the
+// base's, for a base that takes offsets.
+void baseRmaTarget(const Domain* domain, uint64_t* addr, uint64_t* key);
 // The live MR behind a descriptor, or nullptr when `desc` is not one of ours.
 Mr* liveMr(void* desc);
 // Whether [p, p+len) lies in a range registered as device memory.

@@ -349,6 +349,10 @@ TEST_P(EfaRules, MovesBytesAndReportsNothingWhenRulesAreKept) {
       node.waitOne(&entry);  // the remote write's data
       REQUIRE((entry.flags & FI_REMOTE_CQ_DATA) && entry.data == 0x1234);
       for (size_t i = 0; i < 4096; ++i) REQUIRE(buf[i] == static_cast<unsigned char>(i * 3));
+      // The write's local completion does not order a later read after it (no FI_ORDER_RAW;
+      // shm reads the target's memory directly): the reader waits for this word.
+      char seen = 1;
+      sendAll(fd, &seen, 1);
       // Progress the peer's read (manual progress) until it says it is done.
       pollfd ready{fd, POLLIN, 0};
       while (poll(&ready, 1, 0) == 0) fi_cq_read(node.cq, nullptr, 0);
@@ -365,6 +369,10 @@ TEST_P(EfaRules, MovesBytesAndReportsNothingWhenRulesAreKept) {
       REQUIRE(POST(node, fi_writedata(node.ep, buf.data(), 4096, fi_mr_desc(mr), 0x1234, node.peer,
                                       target[0], target[1], &ctx)) == 0);
       REQUIRE(node.waitOne() == &ctx);
+      pollfd written{fd, POLLIN, 0};
+      while (poll(&written, 1, 0) == 0) fi_cq_read(node.cq, nullptr, 0);
+      char seen = 0;
+      recvAll(fd, &seen, 1);
       std::vector<unsigned char> back(4096);
       fid_mr* backMr = node.reg(back.data(), back.size(), FI_READ);
       REQUIRE(POST(node, fi_read(node.ep, back.data(), back.size(), fi_mr_desc(backMr), node.peer,

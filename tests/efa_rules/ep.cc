@@ -16,7 +16,20 @@ Ep* epOf(fid_ep* ep) {
 
 int closeEp(fid* f) {
   Ep* ep = epOf(f);
+  // rxm on libfabric 1.17 dereferences the endpoint's AV when it closes one that never had an
+  // AV bound (a probe that only opens it); a throwaway AV, bound first, keeps it from crashing.
+  fid_av* spare = nullptr;
+  if (ep->av == nullptr) {
+    fi_av_attr attr{};
+    attr.type = FI_AV_TABLE;
+    if (fi_av_open(ep->domain->base, &attr, &spare, nullptr) == 0 &&
+        fi_ep_bind(ep->base, &spare->fid, 0) != 0) {
+      fi_close(&spare->fid);
+      spare = nullptr;
+    }
+  }
   int ret = fi_close(&ep->base->fid);
+  if (spare != nullptr) fi_close(&spare->fid);
   delete ep;
   return ret;
 }

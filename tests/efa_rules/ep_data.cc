@@ -353,6 +353,16 @@ ssize_t tinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_ad
 }
 
 // --- RMA
+// The message's remote iovs in the base's terms, in `rma` (kMaxIov entries).
+bool translateRma(Ep* ep, const fi_msg_rma* msg, fi_rma_iov* rma) {
+  if (msg->rma_iov_count > kMaxIov) return false;
+  for (size_t i = 0; i < msg->rma_iov_count; ++i) {
+    rma[i] = msg->rma_iov[i];
+    baseRmaTarget(ep->domain, &rma[i].addr, &rma[i].key);
+  }
+  return true;
+}
+
 ssize_t rread(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, uint64_t addr,
               uint64_t key, void* ctx) {
   Ep* ep = epOf(f);
@@ -361,6 +371,7 @@ ssize_t rread(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, uint6
   ssize_t ret;
   if (!admit(ep, {Kind::kRead, false, false, &iov, &desc, 1, 0, 0, src, ctx, "fi_read"}, bd, &ret))
     return ret;
+  baseRmaTarget(ep->domain, &addr, &key);
   return fi_read(ep->base, buf, len, bd[0], src, addr, key, ctx);
 }
 ssize_t rreadv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src, uint64_t addr,
@@ -371,6 +382,7 @@ ssize_t rreadv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t
   if (!admit(ep, {Kind::kRead, false, false, iov, desc, count, 0, 0, src, ctx, "fi_readv"}, bd,
              &ret))
     return ret;
+  baseRmaTarget(ep->domain, &addr, &key);
   return fi_readv(ep->base, iov, bd, count, src, addr, key, ctx);
 }
 ssize_t rreadmsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
@@ -384,6 +396,9 @@ ssize_t rreadmsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
     return ret;
   fi_msg_rma copy = *msg;
   copy.desc = bd;
+  fi_rma_iov rma[kMaxIov];
+  if (!translateRma(ep, msg, rma)) return -FI_EINVAL;
+  copy.rma_iov = rma;
   return fi_readmsg(ep->base, &copy, flags);
 }
 ssize_t rwrite(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest, uint64_t addr,
@@ -395,6 +410,7 @@ ssize_t rwrite(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t des
   if (!admit(ep, {Kind::kWrite, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_write"}, bd,
              &ret))
     return ret;
+  baseRmaTarget(ep->domain, &addr, &key);
   return fi_write(ep->base, buf, len, bd[0], dest, addr, key, ctx);
 }
 ssize_t rwritev(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t dest,
@@ -405,6 +421,7 @@ ssize_t rwritev(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_
   if (!admit(ep, {Kind::kWrite, false, false, iov, desc, count, 0, 0, dest, ctx, "fi_writev"}, bd,
              &ret))
     return ret;
+  baseRmaTarget(ep->domain, &addr, &key);
   return fi_writev(ep->base, iov, bd, count, dest, addr, key, ctx);
 }
 ssize_t rwritemsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
@@ -418,6 +435,9 @@ ssize_t rwritemsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
     return ret;
   fi_msg_rma copy = *msg;
   copy.desc = bd;
+  fi_rma_iov rma[kMaxIov];
+  if (!translateRma(ep, msg, rma)) return -FI_EINVAL;
+  copy.rma_iov = rma;
   return fi_writemsg(ep->base, &copy, flags);
 }
 ssize_t rinject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t addr,
@@ -430,6 +450,7 @@ ssize_t rinject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t
              {Kind::kWrite, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject_write"},
              bd, &ret))
     return ret;
+  baseRmaTarget(ep->domain, &addr, &key);
   return fi_inject_write(ep->base, buf, len, dest, addr, key);
 }
 ssize_t rwritedata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data,
@@ -441,6 +462,7 @@ ssize_t rwritedata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t 
   if (!admit(ep, {Kind::kWrite, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_writedata"}, bd,
              &ret))
     return ret;
+  baseRmaTarget(ep->domain, &addr, &key);
   return fi_writedata(ep->base, buf, len, bd[0], data, dest, addr, key, ctx);
 }
 ssize_t rinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
@@ -454,6 +476,7 @@ ssize_t rinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_ad
           {Kind::kWrite, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject_writedata"},
           bd, &ret))
     return ret;
+  baseRmaTarget(ep->domain, &addr, &key);
   return fi_inject_writedata(ep->base, buf, len, data, dest, addr, key);
 }
 

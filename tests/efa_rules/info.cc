@@ -108,8 +108,10 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
     if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != FI_EP_RDM)
       return -FI_ENODATA;
     if ((hints->caps & FI_HMEM) && !config.hmem) return -FI_ENODATA;
-    if (hints->domain_attr &&
-        (static_cast<uint64_t>(hints->domain_attr->mr_mode) & kRequiredMrMode) != kRequiredMrMode)
+    // As the core's check for real providers: an unspecified mr_mode (0) or FI_MR_BASIC takes
+    // whatever the provider needs; otherwise every required bit must be offered.
+    uint64_t mrMode = hints->domain_attr ? static_cast<uint64_t>(hints->domain_attr->mr_mode) : 0;
+    if (mrMode != 0 && mrMode != FI_MR_BASIC && (mrMode & kRequiredMrMode) != kRequiredMrMode)
       return -FI_ENODATA;
     if (hints->fabric_attr && hints->fabric_attr->name &&
         std::strcmp(hints->fabric_attr->name, "efa") != 0)

@@ -16,7 +16,9 @@ std::mutex g_mutex;
 std::set<Mr*> g_live;
 // Far from the small keys the base provider hands its own internal registrations (rxm counts
 // from 0): a collision would answer -FI_ENOKEY.
-std::atomic<uint64_t> g_nextKey{uint64_t{0xefa} << 40};
+constexpr uint64_t kKeyBase = uint64_t{0xefa} << 40;
+std::atomic<uint64_t> g_nextKey{kKeyBase};
+constexpr int kStartBits = 47;  // user-space addresses on x86-64 and arm64
 
 int closeMr(fid* f) {
   auto* mr = reinterpret_cast<Mr*>(f);
@@ -104,9 +106,12 @@ int regAttr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** mr) {
   }
   // A base without provider keys or virtual addresses (tcp;ofi_rxm on 1.17): unique keys from
   // us, and an offset equal to the address so that offsets are virtual addresses.
-  if (!(domain->baseMrMode & FI_MR_PROV_KEY)) baseAttr.requested_key = g_nextKey++;
-  if (!(domain->baseMrMode & FI_MR_VIRT_ADDR))
-    baseAttr.offset = reinterpret_cast<uintptr_t>(range.iov_base);
+  uint64_t key = 0;
+  if (!(domain->baseMrMode & FI_MR_PROV_KEY)) baseAttr.requested_key = key = g_nextKey++;
+  // Without virtual addresses the base (tcp on 1.17) takes a remote address as an offset from the
+  // region's start, whatever offset we register: our key carries that start to the initiator.
+  bool offsets = !(domain->baseMrMode & FI_MR_VIRT_ADDR);
+  if (offsets) baseAttr.offset = 0;
   baseAttr.iface = FI_HMEM_SYSTEM;
   std::memset(&baseAttr.device, 0, sizeof(baseAttr.device));
   fid_mr* base = nullptr;
@@ -123,6 +128,8 @@ int regAttr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** mr) {
   ours->fid.fid.ops = &g_fidOps;
   ours->fid.mem_desc = ours;
   ours->fid.key = base->key;
+  if (offsets && key != 0)
+    ours->fid.key = ((key - kKeyBase) << kStartBits) | reinterpret_cast<uintptr_t>(range.iov_base);
   ours->base = base;
   ours->start = reinterpret_cast<uintptr_t>(range.iov_base);
   ours->end = ours->start + range.iov_len;
@@ -161,6 +168,13 @@ void installMrOps(fi_ops_mr* ops) {
   ops->reg = reg;
   ops->regv = regv;
   ops->regattr = regAttr;
+}
+
+void baseRmaTarget(const Domain* domain, uint64_t* addr, uint64_t* key) {
+  if (domain->baseMrMode & (FI_MR_VIRT_ADDR | FI_MR_PROV_KEY)) return;
+  uint64_t start = *key & ((uint64_t{1} << kStartBits) - 1);
+  *addr -= start;
+  *key = kKeyBase + (*key >> kStartBits);
 }
 
 Mr* liveMr(void* desc) {

@@ -17,10 +17,13 @@
 #include "memory/gdr_policy.h"
 
 #if NNF_GPU_CHECK_FABRIC
+#include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 
 #include "memory/fabric_registrar.h"
 #include "memory/mr_cache.h"
+#include "platform/dmabuf_probe.h"
+#include "platform/provider_rules.h"
 #endif
 
 using namespace nnf::memory;
@@ -28,6 +31,7 @@ using namespace nnf::memory;
 namespace {
 
 int g_failures = 0;
+const CudaDriver* g_driver = nullptr;
 
 void report(bool ok, const std::string& what) {
   printf("%s %s\n", ok ? "[ OK ]" : "[FAIL]", what.c_str());
@@ -85,13 +89,36 @@ void checkProvider(const char* provider, void* gpuBuffer, size_t size, int ordin
     fi_freeinfo(info);
     return;
   }
+  // The plugin offers GPU buffers only where the endpoint accepts a ban on CUDA calls from
+  // inside the provider (NCCL's proxy thread); set before enable, as the plugin does.
+  bool cudaCallsBanned = false;
+  fid_ep* ep = nullptr;
+  if (fi_endpoint(domain, info, &ep, nullptr) == 0) {
+    bool permitted = false;
+    rc = fi_setopt(&ep->fid, FI_OPT_ENDPOINT, nnf::platform::opt::kCudaApiPermitted, &permitted,
+                   sizeof(permitted));
+    cudaCallsBanned = rc == 0;
+    note(std::string(provider) + ": FI_OPT_CUDA_API_PERMITTED=false " +
+         (rc == 0 ? "accepted: GPU buffers can be offered"
+                  : std::string("refused (") + fi_strerror(-rc) +
+                        "): the plugin offers host memory only on this provider"));
+    fi_close(&ep->fid);
+  }
   nnf::fabric::DomainLock lock;
   {
     FabricRegistrar registrar(domain, info, lock);
+    nnf::platform::DmaBufInputs dmaBufInputs;
+    dmaBufInputs.builtWithDmaBuf = NNF_HAVE_FI_MR_DMABUF != 0;
+    dmaBufInputs.runtimeFiVersion = fi_version();
+    dmaBufInputs.providerHmem = registrar.providerHasHmem();
+    dmaBufInputs.cudaDmaBufSupported = g_driver->dmaBufSupported(ordinal);
+    dmaBufInputs.kernel = nnf::platform::runningKernel();
+    nnf::platform::DmaBufDecision dmaBuf = nnf::platform::decideDmaBuf(dmaBufInputs);
+    note(std::string(provider) + ": " + dmaBuf.reason);
     PtrSupportInputs inputs;
-    inputs.providerHmem = registrar.providerHasHmem();
+    inputs.providerHmem = registrar.providerHasHmem() && cudaCallsBanned;
     inputs.cudaUsable = true;
-    inputs.dmaBuf = NNF_HAVE_FI_MR_DMABUF;
+    inputs.dmaBuf = dmaBuf.use;
     PtrSupport support = decidePtrSupport(inputs);
     note(std::string(provider) + ": ptrSupport=" + std::to_string(support.bits) + " (" +
          support.reason + ")");
@@ -126,6 +153,32 @@ void checkProvider(const char* provider, void* gpuBuffer, size_t size, int ordin
         if (part != nullptr) cache.release(part);
       }
     }
+#if NNF_HAVE_FI_MR_DMABUF
+    // A DMA-BUF registration that starts 64 KiB into the exported buffer: base_addr is where
+    // the DMA-BUF starts, offset the registration's place in it. A refusal is what the plugin
+    // falls back from (by address, once).
+    int fd = -1;
+    if (dmaBuf.use && g_driver->dmaBufFd(gpuBuffer, size, &fd) == 0) {
+      Region viaFd;
+      viaFd.base = static_cast<char*>(gpuBuffer) + (64 << 10);
+      viaFd.length = 1 << 20;
+      viaFd.type = MemType::kDmaBuf;
+      viaFd.device = ordinal;
+      viaFd.dmabufFd = fd;
+      viaFd.dmabufOffset = 64 << 10;
+      viaFd.access = FI_SEND | FI_RECV | FI_REMOTE_READ;
+      Registration registration;
+      rc = registrar.registerRegion(viaFd, &registration);
+      if (rc == 0) {
+        report(true, std::string(provider) + ": DMA-BUF registration at offset 64 KiB");
+        registrar.deregister(registration);
+      } else {
+        note(std::string(provider) + ": DMA-BUF registration refused (" + fi_strerror(-rc) +
+             "): the plugin falls back to registration by address once, with one WARN");
+      }
+      close(fd);
+    }
+#endif
   }
   fi_close(&domain->fid);
   fi_close(&fabric->fid);
@@ -137,6 +190,7 @@ void checkProvider(const char* provider, void* gpuBuffer, size_t size, int ordin
 
 int main() {
   CudaDriver driver;
+  g_driver = &driver;
   printf("CUDA: %s\n", driver.reason().c_str());
   report(driver.available(), "CUDA driver loads through dlopen and cuInit succeeds");
   if (!driver.available()) return 1;

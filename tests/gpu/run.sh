@@ -2,7 +2,9 @@
 # GPU check of the memory layer on a machine with an NVIDIA GPU. Builds what it needs with g++
 # directly (no CMake state, no other layer of the plugin), then runs tests/gpu/gpu_mr_check:
 # real libcuda through the run-time loader, cuMemAlloc'd buffers classified, registered with the
-# shm and tcp providers (FI_HMEM_CUDA) and served by the MR cache. Finishes in well under 5
+# shm and tcp providers (FI_HMEM_CUDA) and served by the MR cache; whether each provider accepts
+# FI_OPT_CUDA_API_PERMITTED=false (else the plugin offers host memory only), the DMA-BUF decision
+# from the real driver attribute and kernel, and a DMA-BUF registration at a non-zero offset. Finishes in well under 5
 # minutes. Missing pieces are reported plainly and the check degrades instead of failing:
 #   - no libfabric headers/library: CUDA-only check (loader, pointer attributes, flush, DMA-BUF)
 #   - libfabric without CUDA support for a provider: reported as such, not a failure.
@@ -58,6 +60,7 @@ if [ -n "$fabric_libs" ]; then
   command -v fi_info >/dev/null && fi_info --version 2>/dev/null | head -2
   defs="$defs -DNNF_GPU_CHECK_FABRIC=1 -DNNF_HAVE_FI_HMEM=$hmem -DNNF_HAVE_FI_MR_DMABUF=$dmabuf"
   sources="$sources $root/src/memory/fabric_registrar.cc $root/src/memory/mr_cache.cc"
+  sources="$sources $root/src/platform/dmabuf_probe.cc $root/src/platform/provider_rules.cc"
 else
   say "libfabric development files not found (and apt unreachable): CUDA-only check"
   defs="$defs -DNNF_GPU_CHECK_FABRIC=0 -DNNF_HAVE_FI_HMEM=0 -DNNF_HAVE_FI_MR_DMABUF=0"

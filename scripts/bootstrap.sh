@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks, then configures and builds the project.
 # Usage: scripts/bootstrap.sh [BUILD_DIR] [extra cmake args...]
+#        NNF_BUILD_TARGETS="nccl-net-fabric fabric-net-perf" scripts/bootstrap.sh   # just those
 #        scripts/bootstrap.sh --packages-only
 # Compiles through ccache (installed here): rebuilds in a fresh build folder cost little.
 set -euo pipefail
@@ -30,4 +31,6 @@ fi
 echo "== building in $build_dir"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache "$@" >/dev/null
-cmake --build "$build_dir" -j"$(nproc)"
+# NNF_BUILD_TARGETS: only these targets (the main job needs the plugin and fabric-net-perf).
+# shellcheck disable=SC2086
+cmake --build "$build_dir" -j"$(nproc)" ${NNF_BUILD_TARGETS:+--target $NNF_BUILD_TARGETS}

@@ -24,6 +24,9 @@ export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$root")}
 results=$root/build-ci  # one JUnit file per ctest run
 rm -rf "$results" && mkdir -p "$results"
 export NNF_CTEST_JUNIT_DIR=$results  # the ci-*.sh scripts write theirs here too
+# In CI (root, a machine of its own) the .deb is installed with dpkg, used, and removed again
+# (tests/tools/deb_test.sh); elsewhere that test only inspects the package.
+if [[ ${CI:-} == true && $(id -u) -eq 0 ]]; then export NNF_DEB_INSTALL=${NNF_DEB_INSTALL:-1}; fi
 
 failed=()
 times=()

@@ -56,12 +56,23 @@ std::string describe(const Post& post, size_t i) {
   return text;
 }
 
+// A string address without its "scheme://" and trailing NULs: shm in 2.x names itself
+// "fi_shm://pid:..." but its address vector answers "pid:...".
+std::string canonicalAddress(const char* data, size_t len) {
+  std::string text(data, len);
+  while (!text.empty() && text.back() == '\0') text.pop_back();
+  size_t scheme = text.find("://");
+  if (scheme != std::string::npos && text.find('\0') == std::string::npos)
+    text.erase(0, scheme + 3);
+  return text;
+}
+
 bool isOwnAddress(Ep* ep, fi_addr_t addr) {
   if (ep->av == nullptr || ep->ownName.empty()) return false;
   char name[256];
   size_t len = sizeof(name);
-  if (fi_av_lookup(ep->av->base, addr, name, &len) != 0) return false;
-  return len == ep->ownName.size() && std::memcmp(name, ep->ownName.data(), len) == 0;
+  if (fi_av_lookup(ep->av->base, addr, name, &len) != 0 || len > sizeof(name)) return false;
+  return canonicalAddress(name, len) == canonicalAddress(ep->ownName.data(), ep->ownName.size());
 }
 
 // The first broken rule of a post, with its detail; 0 when all hold.

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -22,6 +23,7 @@
 #include "support/harness.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
+#include "support/test_env.h"
 
 namespace nnf::test {
 namespace {
@@ -208,6 +210,86 @@ TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
       dereg(peer, good, mhandle);
       closeRecv(peer, good);
     }
+    closeListen(peer, listen);
+    peer.channel->finishBarrier(30);
+  };
+  runTwoProcesses(prober, listener, 120);
+}
+
+// A request from an unreachable address leaves accept half-way (on tcp/efa the receive comm has
+// posted its ping receive and its accept message, which the provider keeps retrying): closing
+// the listener then must release that comm through the normal close, return at once, and leave
+// nothing posted that points at it; the device then serves a new listener.
+TEST(Close, ClosingAListenerWithAStuckAcceptReleasesTheHalfBuiltComm) {
+  if (testProvider() == "shm") GTEST_SKIP() << "shm has no refused connection to get stuck on";
+  auto prober = [&](Peer& peer) {
+    Handle handle;
+    ASSERT_TRUE(peer.channel->recv(handle.bytes, sizeof(handle.bytes)));
+    core::wire::ListenHandle decoded;
+    memcpy(&decoded, handle.bytes, sizeof(decoded));
+    std::unique_ptr<RawEndpoint> raw;
+    try {
+      raw = std::make_unique<RawEndpoint>();
+    } catch (const std::exception& error) {
+      FAIL() << "raw endpoint: " << error.what();
+    }
+    fi_addr_t listener = FI_ADDR_UNSPEC;
+    ASSERT_EQ(raw->rail().insertAddress(decoded.address, decoded.addressLength, &listener), 0);
+    std::vector<uint8_t> bad = badAddress(raw->rail().address(), BadAddress::kUnreachable);
+    core::wire::ConnectMessage message =
+        core::wire::makeConnectMessage(12345, decoded.listenerId, bad.data(), bad.size());
+    ASSERT_TRUE(
+        raw->send(listener, &message, sizeof(message),
+                  core::tags::control(decoded.listenerId, core::tags::ControlKind::kConnect)));
+    ASSERT_TRUE(peer.channel->wait());     // the listener is closed
+    uint32_t id = decoded.listenerId + 1;  // the half-built comm, created right after
+    ASSERT_TRUE(
+        raw->send(listener, nullptr, 0, core::tags::control(id, core::tags::ControlKind::kPing)));
+    ASSERT_TRUE(raw->send(listener, nullptr, 0, core::tags::data(id, 0, kTag)));
+    HostBuffer out(kMessage);
+    void* send = nullptr;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &send));
+    void *mhandle, *request;
+    fillPattern(out.data(), kMessage, 77);
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, send, out.data(), kMessage, &mhandle));
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, send, out.data(), kMessage, kTag, mhandle, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    dereg(peer, send, mhandle);
+    closeSend(peer, send);
+    peer.channel->finishBarrier(30);
+  };
+  auto listener = [&](Peer& peer) {
+    Handle handle;
+    void* listen = nullptr;
+    ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
+    ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle.bytes)));
+    // Long enough for the request to arrive and its accept message to be refused at least once.
+    Deadline stuck(3);
+    while (!stuck.expired()) {
+      void* recv = nullptr;
+      abi::NetDeviceHandleV8* devComm = nullptr;
+      ASSERT_EQ(peer.net->accept(listen, &recv, &devComm), abi::kSuccess);
+      ASSERT_EQ(recv, nullptr) << "a peer at a closed port was accepted";
+    }
+    auto start = std::chrono::steady_clock::now();
+    closeListen(peer, listen);
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(ms, 100) << "closing a listener with a stuck accept waited";
+    ASSERT_TRUE(peer.channel->signal());
+    void* good = nullptr;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &good));
+    HostBuffer in(kMessage);
+    void *mhandle, *request;
+    fillSentinel(in.data(), kMessage);
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, good, in.data(), kMessage, &mhandle));
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, good, in.data(), kMessage, kTag, mhandle, &request));
+    int size = 0;
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
+    EXPECT_EQ(size, kMessage);
+    EXPECT_TRUE(verifyPattern(in.data(), kMessage, 77));
+    dereg(peer, good, mhandle);
+    closeRecv(peer, good);
     closeListen(peer, listen);
     peer.channel->finishBarrier(30);
   };

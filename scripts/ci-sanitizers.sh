@@ -77,7 +77,9 @@ fi
 if [[ $which == all || $which == tsan ]]; then
   build=$root/build-tsan
   # Only what the threaded tests need: TSan builds are slow and the rest is single-threaded.
-  configure_build "$build" thread nccl-net-fabric threads_test soak_test mr_cache_test domain_lock_test
+  # The EFA-rules provider and the fake CUDA driver: the threaded tests also run on provider efa.
+  configure_build "$build" thread nccl-net-fabric threads_test soak_test mr_cache_test domain_lock_test \
+    efa-rules-fi nnf_fake_cuda
   logs=$build/sanitizer-logs
   rm -rf "$logs" && mkdir -p "$logs"
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$logs/tsan:suppressions=$supp/tsan.supp"

@@ -70,13 +70,17 @@ void DataComm::checkStalledNow(Request& request) {
   }
   if (peerCheckNs_ == 0 || waited < peerCheckNs_ || now - lastPeerCheckNs_ < peerCheckNs_) return;
   lastPeerCheckNs_ = now;
-  if (peerLocal_ && peerPid_ != 0 && kill(static_cast<pid_t>(peerPid_), 0) != 0 && errno == ESRCH) {
-    char why[64];
-    snprintf(why, sizeof(why), "peer process %u has exited", peerPid_);
-    failPeer(why);
-    return;
-  }
+  if (peerProcessExited(/*quiet=*/false)) return;
   if (pingsDetectDeath_) sendPing();
+}
+
+bool DataComm::peerProcessExited(bool quiet) {
+  if (!peerLocal_ || peerPid_ == 0) return false;
+  if (kill(static_cast<pid_t>(peerPid_), 0) == 0 || errno != ESRCH) return false;
+  char why[64];
+  snprintf(why, sizeof(why), "peer process %u has exited", peerPid_);
+  failPeer(why, quiet);
+  return true;
 }
 
 void DataComm::sendPing() {
@@ -226,15 +230,7 @@ int DataComm::callerOpsInFlight() const {
 
 bool DataComm::peerGone() {
   if (peerFailed_) return true;
-  if (peerLocal_ && peerPid_ != 0) {
-    if (kill(static_cast<pid_t>(peerPid_), 0) != 0 && errno == ESRCH) {
-      char why[64];
-      snprintf(why, sizeof(why), "peer process %u has exited", peerPid_);
-      failPeer(why, true);
-      return true;
-    }
-    return false;
-  }
+  if (peerLocal_ && peerPid_ != 0) return peerProcessExited(/*quiet=*/true);
   // Elsewhere a ping tells: its failure (onPing) marks the peer failed.
   if (pingsDetectDeath_ && peerCheckNs_ != 0 && remoteId_ != 0) sendPing();
   return false;

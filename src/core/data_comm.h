@@ -77,6 +77,8 @@ class DataComm : public Comm {
   }
   // `quiet`: an expected death (found while closing) is logged at INFO only.
   void failPeer(const char* why, bool quiet = false);
+  // On this host the peer's pid answers at once: true, and the comm failed, once it has exited.
+  bool peerProcessExited(bool quiet);
   void sendPing();  // zero bytes to the peer's ping receive; its failure means the peer is gone
   bool isPing(const Operation& op) const { return &op == &pingSend_ || &op == &pingReceive_; }
   void onPing(Operation& op, int error, const char* text);

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/fake_cuda_controls.h"
 #include "support/harness.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
@@ -61,25 +62,9 @@ class EfaPlugin : public ::testing::Test {
   std::string report_;
 };
 
-// The fake driver as the plugin loaded it: declares host ranges to be device memory.
-struct Fake {
-  void (*declare)(void*, size_t, int) = nullptr;
-  int (*flushCount)() = nullptr;
-};
-
-void openFake(Fake* fake) {
-  void* library = dlopen(fakeCudaLibrary().c_str(), RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(library, nullptr) << "the plugin did not load the fake CUDA driver";
-  fake->declare = reinterpret_cast<decltype(fake->declare)>(dlsym(library, "nnfFakeCudaDeclare"));
-  fake->flushCount =
-      reinterpret_cast<decltype(fake->flushCount)>(dlsym(library, "nnfFakeCudaFlushCount"));
-  ASSERT_NE(fake->declare, nullptr);
-  ASSERT_NE(fake->flushCount, nullptr);
-}
-
 void regGpu(Peer& peer, void* comm, HostBuffer& buffer, void** mh) {
-  Fake fake;
-  ASSERT_NO_FATAL_FAILURE(openFake(&fake));
+  FakeControls fake;
+  ASSERT_NO_FATAL_FAILURE(openFake(fakeCudaLibrary(), &fake));
   fake.declare(buffer.data(), buffer.size(), 0);
   ASSERT_EQ(peer.net->regMr(comm, buffer.data(), buffer.size(), abi::kPtrCuda, mh), abi::kSuccess);
 }
@@ -121,8 +106,8 @@ void gpuTransfers(bool expectReadFlush) {
     void *gpuHandle, *hostHandle;
     ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, gpu, &gpuHandle));
     ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostHandle));
-    Fake fake;
-    ASSERT_NO_FATAL_FAILURE(openFake(&fake));
+    FakeControls fake;
+    ASSERT_NO_FATAL_FAILURE(openFake(fakeCudaLibrary(), &fake));
     int flushesBefore = fake.flushCount();
     uint64_t message = 0;
     int gpuFlushes = 0;
@@ -273,8 +258,8 @@ void dmaBufTransfer(bool providerImports) {
     ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
     HostBuffer whole(kOffset + kSize);
     uint8_t* start = static_cast<uint8_t*>(whole.data()) + kOffset;
-    Fake fake;
-    ASSERT_NO_FATAL_FAILURE(openFake(&fake));
+    FakeControls fake;
+    ASSERT_NO_FATAL_FAILURE(openFake(fakeCudaLibrary(), &fake));
     fake.declare(start, kSize, 0);  // exactly the registered range is device memory
     peer.resetWarnings();
     std::vector<void*> handles;

@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/fake_cuda_controls.h"
 #include "support/harness.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
@@ -89,25 +90,6 @@ class GpuMemory : public ::testing::Test {
 
   std::string fake_;
 };
-
-// In a child: the fake driver as the plugin loaded it (same path, so the same instance).
-struct FakeControls {
-  void* library = nullptr;
-  void (*declare)(void*, size_t, int) = nullptr;
-  int (*flushCount)() = nullptr;
-};
-
-void openFake(const std::string& path, FakeControls* fake) {
-  // RTLD_NOLOAD: succeeds only if the plugin has already loaded it.
-  fake->library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(fake->library, nullptr) << "the plugin did not load " << path;
-  fake->declare =
-      reinterpret_cast<decltype(fake->declare)>(dlsym(fake->library, "nnfFakeCudaDeclare"));
-  fake->flushCount =
-      reinterpret_cast<decltype(fake->flushCount)>(dlsym(fake->library, "nnfFakeCudaFlushCount"));
-  ASSERT_NE(fake->declare, nullptr);
-  ASSERT_NE(fake->flushCount, nullptr);
-}
 
 // (a) tcp offers no FI_HMEM: host memory only although the (fake) CUDA driver is usable.
 TEST_F(GpuMemory, HostOnlyProviderAdvertisesHostMemoryOnlyEvenWithCuda) {

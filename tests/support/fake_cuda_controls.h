@@ -1,0 +1,32 @@
+// The fake CUDA driver (tests/fake_cuda) as the plugin loaded it, seen from a test's child
+// process: declares host ranges to be device memory and counts GPUDirect flush calls.
+#pragma once
+
+#include <dlfcn.h>
+
+#include <cstddef>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace nnf::test {
+
+struct FakeControls {
+  void* library = nullptr;
+  void (*declare)(void*, size_t, int) = nullptr;
+  int (*flushCount)() = nullptr;
+};
+
+// RTLD_NOLOAD: succeeds only if the plugin has already loaded `path` (same instance).
+inline void openFake(const std::string& path, FakeControls* fake) {
+  fake->library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(fake->library, nullptr) << "the plugin did not load " << path;
+  fake->declare =
+      reinterpret_cast<decltype(fake->declare)>(dlsym(fake->library, "nnfFakeCudaDeclare"));
+  fake->flushCount =
+      reinterpret_cast<decltype(fake->flushCount)>(dlsym(fake->library, "nnfFakeCudaFlushCount"));
+  ASSERT_NE(fake->declare, nullptr);
+  ASSERT_NE(fake->flushCount, nullptr);
+}
+
+}  // namespace nnf::test

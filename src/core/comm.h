@@ -7,6 +7,7 @@
 
 #include "core/control_arena.h"
 #include "core/operation.h"
+#include "core/wire.h"
 
 namespace nnf::core {
 
@@ -54,6 +55,10 @@ class Comm : public OperationOwner {
   bool closed() const { return closed_; }
 
   // Completion callbacks (OperationOwner), called by the device with its lock held.
+
+  // A control message addressed to this comm arrived on the device's control channel (device
+  // lock held); `data` is valid only during the call. Ignored by default (pings).
+  virtual void onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) {}
 
   // Marks the comm closed and asks the provider to cancel what it still holds. The device keeps
   // the object until nothing is in flight any more.

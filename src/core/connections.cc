@@ -60,10 +60,6 @@ abi::Result Plugin::listen(int dev, void* handle, void** out) {
     device->closeComm(*comm);
     return abi::kSystemError;
   }
-  if (comm->start() != 0) {
-    device->closeComm(*comm);
-    return abi::kSystemError;
-  }
   memcpy(handle, &encoded, sizeof(encoded));
   track(comm->handle());
   *out = comm->handle();

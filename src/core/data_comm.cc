@@ -33,22 +33,11 @@ DataComm::DataComm(Device& device, Kind kind, uint32_t id, size_t requests, size
   // ping proves nothing there; the pid check covers it.
   pingsDetectDeath_ = !device.localOnly();
   pingSend_.owner = this;
-  pingSend_.type = OpType::kSend;
-  pingReceive_.owner = this;
-  pingReceive_.type = OpType::kRecv;
-  pingReceive_.tag = tags::control(id, tags::ControlKind::kPing);
 }
 
 void DataComm::setPeerIdentity(uint32_t pid, uint64_t hostId) {
   peerPid_ = pid;
   peerLocal_ = hostId == wire::localHostId();
-}
-
-abi::Result DataComm::startLiveness() {
-  // Peers ping only where pings prove something (not on local-only providers such as shm, and
-  // not with checks off); both sides decide alike, so nothing arrives unreceived.
-  if (peerCheckNs_ == 0 || !pingsDetectDeath_) return abi::kSuccess;
-  return device().post(pingReceive_);
 }
 
 void DataComm::checkStalledNow(Request& request) {
@@ -84,12 +73,11 @@ bool DataComm::peerProcessExited(bool quiet) {
 }
 
 void DataComm::sendPing() {
-  if (pingSend_.inFlight || pingSend_.queued) return;
-  pingSend_.buffer = nullptr;
-  pingSend_.length = 0;
-  pingSend_.peer = peer_;
-  pingSend_.tag = tags::control(remoteId_, tags::ControlKind::kPing);
-  device().post(pingSend_);
+  if (pingSend_.inFlight || pingSend_.queued || control().data == nullptr) return;
+  // A header only, from the end of the comm's control slot (the set-up message is done by now).
+  uint8_t* buffer = control().data + ControlSlot::kSize - sizeof(wire::ControlHeader);
+  device().controlChannel().send(pingSend_, buffer, control().desc, peer_, remoteId_,
+                                 wire::ControlKind::kPing, nullptr, 0);
 }
 
 void DataComm::failPeer(const char* why, bool quiet) {
@@ -110,10 +98,6 @@ void DataComm::failPeer(const char* why, bool quiet) {
 }
 
 void DataComm::onPing(Operation& op, int error, const char* text) {
-  if (&op == &pingReceive_) {
-    if (!closed() && (error == 0 || error == FI_ETRUNC)) device().post(pingReceive_);
-    return;
-  }
   // A closing comm still listens to its pings: their failure ends the wait for its operations.
   if (error != 0 && error != FI_ECANCELED) {
     char why[160];
@@ -210,7 +194,7 @@ void DataComm::abandon(Request& request) {
 }
 
 int DataComm::inFlight() const {
-  int count = controlInFlight() + (pingSend_.inFlight ? 1 : 0) + (pingReceive_.inFlight ? 1 : 0);
+  int count = controlInFlight() + (pingSend_.inFlight ? 1 : 0);
   const_cast<DataComm*>(this)->forEachRequest([&count](const Request& request) {
     for (int i = 0; i < request.count; ++i) count += request.ops[i].inFlight ? 1 : 0;
   });
@@ -239,7 +223,6 @@ bool DataComm::peerGone() {
 void DataComm::cancelInFlight() {
   cancelControl();
   cancel(pingSend_);
-  cancel(pingReceive_);
   forEachRequest([this](Request& request) {
     if (request.state == Request::State::kFree) return;
     for (int i = 0; i < request.count; ++i) cancel(request.ops[i]);

@@ -32,8 +32,8 @@ class DataComm : public Comm {
   // Peer liveness. The handshake tells who the peer is; a request that waits too long makes the
   // comm check that the peer is alive (its pid when on this host, a ping otherwise) and, when
   // NCCL_FABRIC_REQUEST_TIMEOUT_S is set, fails once that time has passed.
+  // Pings arrive through the device's control channel: liveness posts no receive per comm.
   void setPeerIdentity(uint32_t pid, uint64_t hostId);
-  abi::Result startLiveness();  // posts the ping receive (device lock held)
   // Called by every test() of a pending request; looks at the clock only every few calls, since
   // polling loops call it millions of times a second and the checks work in milliseconds.
   void checkStalled(Request& request) {
@@ -80,7 +80,7 @@ class DataComm : public Comm {
   // On this host the peer's pid answers at once: true, and the comm failed, once it has exited.
   bool peerProcessExited(bool quiet);
   void sendPing();  // zero bytes to the peer's ping receive; its failure means the peer is gone
-  bool isPing(const Operation& op) const { return &op == &pingSend_ || &op == &pingReceive_; }
+  bool isPing(const Operation& op) const { return &op == &pingSend_; }
   void onPing(Operation& op, int error, const char* text);
 
   fi_addr_t peer_ = FI_ADDR_UNSPEC;
@@ -91,7 +91,6 @@ class DataComm : public Comm {
   RequestPool flushPool_;
   SequenceTable sequences_;
   Operation pingSend_;
-  Operation pingReceive_;
   uint32_t peerPid_ = 0;
   bool peerLocal_ = false;
   bool peerFailed_ = false;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/clock.h"
 #include "core/tags.h"
 #include "log/log.h"
 #include "platform/endpoint_options.h"
@@ -15,6 +16,10 @@ namespace nnf::core {
 namespace {
 // Closed comm ids whose late messages are drained (one posted receive each).
 constexpr size_t kDrainedIds = 256;
+// Receives of the control channel, shared by every comm of the device.
+constexpr size_t kControlReceives = 64;
+// Operations that wait this long for a slot in the provider's queue are reported (once).
+constexpr uint64_t kWaitingWarnNs = 10ull * 1000000000;
 }  // namespace
 
 Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
@@ -43,8 +48,22 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
                                                          domainLock_, rail_->endpoint());
   controlArena_ =
       std::make_unique<ControlArena>(rail_->needsLocalRegistration() ? registrar_.get() : nullptr);
+  // The control ring and the drains keep a share of the receive queue; data takes the rest.
+  size_t rxSize = leader->rx_attr != nullptr && leader->rx_attr->size > 0 ? leader->rx_attr->size
+                                                                          : size_t{1} << 20;
+  size_t controlReceives = std::min(kControlReceives, std::max<size_t>(rxSize / 16, 2));
+  size_t drainedIds = std::min(kDrainedIds, rxSize / 4);
+  if (!platform::wildcardReceivesSafe(platform::familyOf(provider_), fi_version())) {
+    drainedIds = 0;
+    NNF_INFO(abi::kLogSubsysInit,
+             "%s: late messages of closed comms are not drained (shm before libfabric 2.0 "
+             "mismatches messages after a wildcard receive); they stay with the provider",
+             properties_.name.c_str());
+  }
+  setLimits(leader, controlReceives + drainedIds);
+  controlChannel_ = std::make_unique<ControlChannel>(*this, controlReceives);
   // shm hangs on a truncated message above 4 KiB: its drains take whole messages.
-  drains_ = std::make_unique<DrainPool>(*this, kDrainedIds,
+  drains_ = std::make_unique<DrainPool>(*this, drainedIds,
                                         provider_ == "shm" ? properties_.maxMessageBytes : 0);
   memory_ = std::make_unique<MemoryRegistry>(
       *registrar_, memory::MrCacheOptions::fromConfig(config), cuda_, properties_.ptrSupport,
@@ -61,6 +80,19 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
       throw std::runtime_error("cannot insert our own address for GPUDirect flushes");
     }
   }
+}
+
+void Device::setLimits(const fi_info* leader, size_t reservedReceives) {
+  // Without a stated size the provider's -FI_EAGAIN is the only limit.
+  constexpr size_t kUnbounded = ~size_t{0};
+  rx_.limit =
+      leader->rx_attr != nullptr && leader->rx_attr->size > 0 ? leader->rx_attr->size : kUnbounded;
+  tx_.limit =
+      leader->tx_attr != nullptr && leader->tx_attr->size > 0 ? leader->tx_attr->size : kUnbounded;
+  NNF_INFO(abi::kLogSubsysInit,
+           "%s: provider queues: %zu receives (%zu kept for control and drains), %zu sends; "
+           "more wait in the plugin",
+           properties_.name.c_str(), rx_.limit, std::min(reservedReceives, rx_.limit), tx_.limit);
 }
 
 void Device::openRail(const fi_info* leader, bool readFlush) {
@@ -97,6 +129,7 @@ Device::~Device() {
   rail_.reset();
   comms_.clear();
   drains_.reset();
+  controlChannel_.reset();
 }
 
 abi::Result Device::postNow(Operation& op, ssize_t* ret) {
@@ -108,13 +141,22 @@ abi::Result Device::postNow(Operation& op, ssize_t* ret) {
       *ret = rail_->trecv(op.buffer, op.length, op.desc, FI_ADDR_UNSPEC, op.tag, op.ignore,
                           &op.context);
       break;
+    case OpType::kControlSend:
+      *ret = rail_->send(op.buffer, op.length, op.desc, op.peer, &op.context);
+      break;
+    case OpType::kControlRecv:
+      *ret = rail_->recv(op.buffer, op.length, op.desc, &op.context);
+      break;
     case OpType::kRead:
       *ret = rail_->read(op.buffer, op.length, op.desc, op.peer, op.remoteAddress, op.remoteKey,
                          &op.context);
       break;
   }
   abi::Result result = postResult(op, *ret);
-  if (result == abi::kSuccess) op.inFlight = true;
+  if (result == abi::kSuccess) {
+    op.inFlight = true;
+    ++laneOf(op).posted;
+  }
   return result;
 }
 
@@ -127,60 +169,63 @@ abi::Result Device::postResult(const Operation& op, ssize_t ret) const {
 }
 
 abi::Result Device::post(Operation& op) {
-  if (queueHead_ == nullptr) {
+  Lane& lane = laneOf(op);
+  if (lane.waiting.empty() && lane.posted < lane.limit) {
     ssize_t ret = 0;
     abi::Result result = postNow(op, &ret);
     if (result != abi::kInProgress) return result;
   }
-  // The provider is out of resources (or others are already waiting): keep the order.
-  op.queued = true;
-  op.nextQueued = nullptr;
-  if (queueTail_ != nullptr) {
-    queueTail_->nextQueued = &op;
-  } else {
-    queueHead_ = &op;
-  }
-  queueTail_ = &op;
+  // The provider is out of resources, our share of its queue is in use, or others already
+  // wait: keep the order. Completions make room and progress() posts them.
+  lane.waiting.push(op);
   return abi::kSuccess;
 }
 
 abi::Result Device::inject(const Operation& op) {
-  if (queueHead_ != nullptr) return abi::kInProgress;
+  if (!tx_.waiting.empty()) return abi::kInProgress;
   return postResult(op, rail_->tinject(op.buffer, op.length, op.peer, op.tag));
 }
 
 void Device::unqueue(Operation& op) {
-  if (!op.queued) return;
-  Operation* previous = nullptr;
-  for (Operation* it = queueHead_; it != nullptr; previous = it, it = it->nextQueued) {
-    if (it != &op) continue;
-    if (previous != nullptr) {
-      previous->nextQueued = op.nextQueued;
-    } else {
-      queueHead_ = op.nextQueued;
-    }
-    if (queueTail_ == &op) queueTail_ = previous;
-    break;
-  }
-  op.queued = false;
-  op.nextQueued = nullptr;
+  laneOf(op).waiting.remove(op);
 }
 
-void Device::retryQueued() {
-  while (queueHead_ != nullptr) {
-    Operation& op = *queueHead_;
+void Device::retryQueued(Lane& lane) {
+  while (!lane.waiting.empty() && lane.posted < lane.limit) {
+    Operation& op = *lane.waiting.front();
+    lane.waiting.remove(op);
     ssize_t ret = 0;
     abi::Result result = postNow(op, &ret);
-    if (result == abi::kInProgress) return;
-    queueHead_ = op.nextQueued;
-    if (queueHead_ == nullptr) queueTail_ = nullptr;
-    op.queued = false;
-    op.nextQueued = nullptr;
+    if (result == abi::kInProgress) {
+      // Still no room: back to the front, order kept.
+      lane.waiting.pushFront(op);
+      break;
+    }
     if (result != abi::kSuccess) {
       // The failure belongs to the operation's request; report it there.
       op.owner->onError(op, static_cast<int>(-ret), 0, "posting failed");
     }
   }
+  checkWaiting(lane);
+}
+
+void Device::checkWaiting(Lane& lane) {
+  if (lane.waiting.empty()) {
+    lane.fullSinceNs = 0;
+    return;
+  }
+  uint64_t now = nowNs();
+  if (lane.fullSinceNs == 0) lane.fullSinceNs = now;
+  if (lane.warned || now - lane.fullSinceNs < kWaitingWarnNs) return;
+  lane.warned = true;
+  NNF_WARN(
+      "device %d: %zu %s operation(s) have waited over %llu s for a slot in the provider's %s "
+      "queue (%zu posted, limit %zu): the peer is not taking messages, or more are in flight "
+      "than the provider holds (raise its queue size, e.g. FI_SHM_RX_SIZE / FI_OFI_RXM_RX_SIZE, "
+      "or keep fewer requests outstanding)",
+      index_, lane.waiting.size(), lane.name,
+      static_cast<unsigned long long>(kWaitingWarnNs / 1000000000), lane.name, lane.posted,
+      lane.limit);
 }
 
 abi::Result Device::progress() {
@@ -190,6 +235,7 @@ abi::Result Device::progress() {
       for (ssize_t i = 0; i < count; ++i) {
         Operation* op = Operation::fromContext(completions_[i].op_context);
         op->inFlight = false;
+        --laneOf(*op).posted;
         op->owner->onComplete(*op, completions_[i].len);
       }
       if (static_cast<size_t>(count) < completions_.size()) break;
@@ -204,7 +250,8 @@ abi::Result Device::progress() {
              fabric::errorText(static_cast<int>(count)).c_str());
     return abi::kSystemError;
   }
-  if (queueHead_ != nullptr) retryQueued();
+  if (!rx_.waiting.empty() || rx_.fullSinceNs != 0) retryQueued(rx_);
+  if (!tx_.waiting.empty() || tx_.fullSinceNs != 0) retryQueued(tx_);
   if (!closing_.empty()) reapClosed();
   return abi::kSuccess;
 }
@@ -220,7 +267,14 @@ void Device::dispatchError() {
   }
   Operation* op = Operation::fromContext(entry.op_context);
   op->inFlight = false;
+  --laneOf(*op).posted;
   op->owner->onError(*op, entry.err, entry.olen, text);
+}
+
+bool Device::startControl() {
+  if (controlStarted_) return true;
+  controlStarted_ = controlChannel_->start();
+  return controlStarted_;
 }
 
 uint32_t Device::allocateId() {

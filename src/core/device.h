@@ -16,8 +16,10 @@
 #include "config/config.h"
 #include "core/comm.h"
 #include "core/control_arena.h"
+#include "core/control_channel.h"
 #include "core/drain_pool.h"
 #include "core/memory_registry.h"
+#include "core/op_queue.h"
 #include "core/operation.h"
 #include "fabric/domain_lock.h"
 #include "fabric/rail.h"
@@ -94,7 +96,8 @@ class Device {
 
   // Reads completions and dispatches them, then retries queued operations.
   abi::Result progress();
-  // Posts `op`, or queues it when the provider says -FI_EAGAIN (or others already wait).
+  // Posts `op`, or queues it when the provider says -FI_EAGAIN, when the device's share of the
+  // provider's queue (receive or transmit) is full, or when others of its kind already wait.
   abi::Result post(Operation& op);
   void unqueue(Operation& op);
   // Sends `op` inline when it fits the provider's inject size and nothing waits in the retry
@@ -106,6 +109,7 @@ class Device {
   // Creates a comm with a fresh id; the device owns it until destroyComm().
   template <typename CommType, typename... Args>
   CommType* createComm(Args&&... args) {
+    if (!startControl()) return nullptr;
     uint32_t id = allocateId();
     if (id == 0) return nullptr;
     auto comm = std::make_unique<CommType>(*this, id, std::forward<Args>(args)...);
@@ -120,6 +124,12 @@ class Device {
   void closeComm(Comm& comm, bool hold = false);
   void releaseClosed(Comm& comm);
   DrainPool& drains() { return *drains_; }
+  ControlChannel& controlChannel() { return *controlChannel_; }
+  // Operations handed to the provider and not completed yet, and those waiting in the plugin.
+  size_t receivesPosted() const { return rx_.posted; }
+  size_t sendsPosted() const { return tx_.posted; }
+  size_t receivesWaiting() const { return rx_.waiting.size(); }
+  size_t sendsWaiting() const { return tx_.waiting.size(); }
 
   // Address vector entry for a peer endpoint, inserted once per distinct address.
   int peerAddress(const uint8_t* address, size_t length, fi_addr_t* out);
@@ -130,8 +140,26 @@ class Device {
  private:
   void openRail(const fi_info* leader, bool readFlush);
   uint32_t allocateId();
+  // Posts the control receives before the first comm (not at init: NCCL_PROTO is settled by
+  // then, and a device NCCL never uses posts nothing). False, logged, when they cannot be.
+  bool startControl();
   void dispatchError();
-  void retryQueued();
+  // Operations of one direction: posted count, the provider's limit, and those waiting.
+  struct Lane {
+    explicit Lane(const char* laneName) : name(laneName) {}
+    const char* name;  // "receive" or "transmit"
+    size_t posted = 0;
+    size_t limit = 0;
+    OpQueue waiting;
+    uint64_t fullSinceNs = 0;  // waiting for a slot since then (0: not waiting)
+    bool warned = false;
+  };
+  Lane& laneOf(const Operation& op) {
+    return op.type == OpType::kRecv || op.type == OpType::kControlRecv ? rx_ : tx_;
+  }
+  void retryQueued(Lane& lane);
+  void checkWaiting(Lane& lane);
+  void setLimits(const fi_info* leader, size_t reservedReceives);
   void reapClosed();
   void destroyComm(Comm& comm);
   abi::Result postNow(Operation& op, ssize_t* ret);
@@ -161,8 +189,10 @@ class Device {
   std::vector<std::string> railNames_;
   std::vector<std::string> gpus_;
   std::vector<fi_cq_tagged_entry> completions_;
-  Operation* queueHead_ = nullptr;
-  Operation* queueTail_ = nullptr;
+  Lane rx_{"receive"};  // NOLINT: named lanes
+  Lane tx_{"transmit"};
+  std::unique_ptr<ControlChannel> controlChannel_;
+  bool controlStarted_ = false;
   std::unordered_map<uint32_t, std::unique_ptr<Comm>> comms_;
   std::vector<Comm*> closing_;
   uint32_t nextId_ = 1;

@@ -1,9 +1,10 @@
-// The receiving side of connection set-up: keeps one receive posted for connect messages
-// addressed to its id, and turns each valid one into a receive comm on accept().
+// The receiving side of connection set-up: connect messages addressed to its id arrive through
+// the device's control channel (a listener posts nothing of its own), and accept() turns each
+// valid one into a receive comm.
 #pragma once
 
-#include <deque>
 #include <memory>
+#include <vector>
 
 #include "abi/nccl_abi.h"
 #include "core/comm.h"
@@ -17,28 +18,23 @@ class ListenComm final : public Comm {
  public:
   ListenComm(Device& device, uint32_t id);
 
-  // Posts the first receive for connect messages (device lock held). Returns 0 or a negative
-  // libfabric error.
-  int start();
-
-  // Non-blocking accept step (device lock held): returns the new receive comm once its accept
-  // message has gone out, nullptr while none is ready.
+  // Non-blocking accept step (device lock held): returns a new receive comm once its accept
+  // message has gone out, nullptr while none is ready. Every request received is answered at
+  // once, so one peer that never takes its answer does not hold up the others.
   abi::Result accept(RecvComm** out);
 
-  void onComplete(Operation& op, size_t length) override;
-  void onError(Operation& op, int error, size_t overflow, const char* text) override;
-  int inFlight() const override { return receive_.inFlight ? 1 : 0; }
+  void onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) override;
+  // A listener posts nothing: no completion ever comes back to it.
+  void onComplete(Operation&, size_t) override {}
+  void onError(Operation&, int, size_t, const char*) override {}
+  int inFlight() const override { return 0; }
 
  protected:
   void cancelInFlight() override;
 
  private:
-  int postReceive();
-
-  Operation receive_;
-  std::deque<wire::ConnectMessage> pending_;
-  RecvComm* accepting_ = nullptr;  // owned by the device until handed to NCCL
-  abi::Result failure_ = abi::kSuccess;
+  std::vector<wire::ConnectMessage> pending_;
+  std::vector<RecvComm*> accepting_;  // owned by the device until handed to NCCL
 };
 
 }  // namespace nnf::core

@@ -24,7 +24,8 @@ class OperationOwner {
   ~OperationOwner() = default;
 };
 
-enum class OpType : uint8_t { kSend, kRecv, kRead };
+// kControlSend / kControlRecv: untagged messages of the device's control channel.
+enum class OpType : uint8_t { kSend, kRecv, kRead, kControlSend, kControlRecv };
 
 // For log lines: "send", "receive", "flush read".
 inline const char* opTypeName(OpType type) {
@@ -35,6 +36,10 @@ inline const char* opTypeName(OpType type) {
       return "receive";
     case OpType::kRead:
       return "flush read";
+    case OpType::kControlSend:
+      return "control send";
+    case OpType::kControlRecv:
+      return "control receive";
   }
   return "operation";
 }
@@ -55,7 +60,8 @@ struct Operation {
   uint64_t ignore = 0;         // kRecv: tag bits that need not match (drain receives)
   uint64_t remoteAddress = 0;  // kRead: source address and key at the peer
   uint64_t remoteKey = 0;
-  Operation* nextQueued = nullptr;
+  Operation* nextQueued = nullptr;  // OpQueue links
+  Operation* prevQueued = nullptr;
 
   static Operation* fromContext(void* context) { return static_cast<Operation*>(context); }
 };

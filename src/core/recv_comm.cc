@@ -11,7 +11,6 @@ namespace nnf::core {
 RecvComm::RecvComm(Device& device, uint32_t id, size_t maxRecvs)
     : DataComm(device, Kind::kRecv, id, abi::kMaxRequests, maxRecvs), maxRecvs_(maxRecvs) {
   acceptSend_.owner = this;
-  acceptSend_.type = OpType::kSend;
 }
 
 abi::Result RecvComm::start(const wire::ConnectMessage& request) {
@@ -22,17 +21,11 @@ abi::Result RecvComm::start(const wire::ConnectMessage& request) {
   }
   remoteId_ = request.senderCommId;
   setPeerIdentity(request.pid, request.hostId);
-  abi::Result result = startLiveness();
-  if (result != abi::kSuccess) return result;
   if (!acquireControl()) return abi::kSystemError;
   wire::AcceptMessage message = wire::makeAcceptMessage(id(), request.senderCommId);
-  memcpy(control().data, &message, sizeof(message));
-  acceptSend_.buffer = control().data;
-  acceptSend_.length = sizeof(message);
-  acceptSend_.desc = control().desc;
-  acceptSend_.peer = peer_;
-  acceptSend_.tag = tags::control(request.senderCommId, tags::ControlKind::kAccept);
-  return device().post(acceptSend_);
+  return device().controlChannel().send(acceptSend_, control().data, control().desc, peer_,
+                                        request.senderCommId, wire::ControlKind::kAccept, &message,
+                                        sizeof(message));
 }
 
 void RecvComm::onControlComplete(Operation& op, size_t length) {

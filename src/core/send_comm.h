@@ -17,17 +17,14 @@ class SendComm final : public DataComm {
   bool failed() const { return state_ == State::kFailed; }
   // Identifies this connection in NCCL's copy of the handle between connect() calls.
   uint64_t token() const { return token_; }
+  // The accept message (through the device's control channel).
+  void onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) override;
 
  protected:
   void onControlComplete(Operation& op, size_t length) override;
   void onControlError(Operation& op, int error, const char* text) override;
-  int controlInFlight() const override {
-    return (connectSend_.inFlight ? 1 : 0) + (acceptReceive_.inFlight ? 1 : 0);
-  }
-  void cancelControl() override {
-    cancel(connectSend_);
-    cancel(acceptReceive_);
-  }
+  int controlInFlight() const override { return connectSend_.inFlight ? 1 : 0; }
+  void cancelControl() override { cancel(connectSend_); }
 
  private:
   enum class State { kConnecting, kReady, kFailed };
@@ -38,7 +35,6 @@ class SendComm final : public DataComm {
   bool connectSent_ = false;
   bool acceptReceived_ = false;
   Operation connectSend_;
-  Operation acceptReceive_;
 };
 
 }  // namespace nnf::core

@@ -189,4 +189,33 @@ bool decodeAcceptMessage(const void* data, size_t size, uint32_t expectedSenderC
   return true;
 }
 
+ControlHeader makeControlHeader(uint32_t commId, ControlKind kind, size_t payloadLength) {
+  ControlHeader header{};
+  header.magic = ControlHeader::kMagic;
+  header.commId = commId;
+  header.kind = static_cast<uint32_t>(kind);
+  header.length = static_cast<uint32_t>(payloadLength);
+  return header;
+}
+
+bool decodeControlHeader(const void* data, size_t size, ControlHeader* out, std::string* reason) {
+  if (size < sizeof(ControlHeader)) {
+    *reason = "a control message of " + std::to_string(size) + " bytes is shorter than its header";
+    return false;
+  }
+  ControlHeader header;
+  memcpy(&header, data, sizeof(header));
+  if (header.magic != ControlHeader::kMagic) {
+    *reason = "bad control message magic";
+    return false;
+  }
+  if (header.length != size - sizeof(ControlHeader)) {
+    *reason = "control message length " + std::to_string(header.length) + " but " +
+              std::to_string(size - sizeof(ControlHeader)) + " bytes of payload arrived";
+    return false;
+  }
+  *out = header;
+  return true;
+}
+
 }  // namespace nnf::core::wire

@@ -12,6 +12,22 @@ namespace nnf::core::wire {
 constexpr uint16_t kVersion = 1;
 constexpr size_t kMaxAddressLength = 96;
 
+// Every control message (untagged, through the device's control channel) starts with this
+// header: it names the comm the message is for, on the receiving device.
+enum class ControlKind : uint32_t { kConnect = 1, kAccept = 2, kPing = 3 };
+struct ControlHeader {
+  static constexpr uint32_t kMagic = 0x4843464eu;  // "NFCH"
+  uint32_t magic;
+  uint32_t commId;
+  uint32_t kind;
+  uint32_t length;  // bytes of payload after the header
+};
+static_assert(sizeof(ControlHeader) == 16);
+
+ControlHeader makeControlHeader(uint32_t commId, ControlKind kind, size_t payloadLength);
+// Validates the header of `size` received bytes; the payload follows it.
+bool decodeControlHeader(const void* data, size_t size, ControlHeader* out, std::string* reason);
+
 // The 128-byte listen handle NCCL carries from the listener to the connecting rank.
 struct ListenHandle {
   static constexpr uint32_t kMagic = 0x4846464eu;  // "NFFH"

@@ -63,7 +63,7 @@ InfoPtr hmemHints(const std::string& provider, bool withRead) {
 InfoPtr makeHints() {
   InfoPtr hints(fi_allocinfo());
   if (!hints) throw std::runtime_error("fi_allocinfo failed");
-  hints->caps = FI_TAGGED | FI_SEND | FI_RECV;
+  hints->caps = FI_TAGGED | FI_MSG | FI_SEND | FI_RECV;  // FI_MSG: the control channel
   // Our operation contexts start with fi_context2, so both context modes are satisfied.
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->ep_attr->type = FI_EP_RDM;

@@ -59,6 +59,13 @@ class Rail {
                 void* context) {
     return fi_trecv(ep_.get(), buf, len, desc, src, tag, ignore, context);
   }
+  // Untagged messages: the control channel (one receive queue, matched in arrival order).
+  ssize_t send(const void* buf, size_t len, void* desc, fi_addr_t dest, void* context) {
+    return fi_send(ep_.get(), buf, len, desc, dest, context);
+  }
+  ssize_t recv(void* buf, size_t len, void* desc, void* context) {
+    return fi_recv(ep_.get(), buf, len, desc, FI_ADDR_UNSPEC, context);
+  }
   ssize_t read(void* buf, size_t len, void* desc, fi_addr_t src, uint64_t addr, uint64_t key,
                void* context) {
     return fi_read(ep_.get(), buf, len, desc, src, addr, key, context);

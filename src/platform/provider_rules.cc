@@ -142,4 +142,8 @@ bool tagFormatFits(uint64_t memTagFormat, uint64_t bitsUsed, std::string* why) {
   return false;
 }
 
+bool wildcardReceivesSafe(Family family, uint32_t fiVersion) {
+  return !(family == Family::kShm && FI_MAJOR(fiVersion) < 2);
+}
+
 }  // namespace nnf::platform

@@ -91,4 +91,10 @@ uint64_t matchableTagBits(uint64_t memTagFormat);
 // Whether `bitsUsed` (core/tags.h) fits; otherwise `why` says what the provider and we need.
 bool tagFormatFits(uint64_t memTagFormat, uint64_t bitsUsed, std::string* why);
 
+// Whether tagged receives with ignore bits (the drains of closed comm ids) are safe. shm before
+// libfabric 2.0 keeps the ignore mask of a completed wildcard receive in its recycled receive
+// entries and matches later unexpected messages with it: a message for one comm would land in
+// another comm's buffer. `fiVersion` is fi_version() at run time.
+bool wildcardReceivesSafe(Family family, uint32_t fiVersion);
+
 }  // namespace nnf::platform

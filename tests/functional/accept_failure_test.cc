@@ -79,7 +79,7 @@ class RawEndpoint {
   RawEndpoint() {
     fabric::ProviderChoice choice = fabric::selectProvider("");
     rail_ = std::make_unique<fabric::Rail>(choice.domains.at(0).get(), 0);
-    buffer_.resize(sizeof(core::wire::ConnectMessage));
+    buffer_.resize(sizeof(core::wire::ControlHeader) + sizeof(core::wire::ConnectMessage));
     if (rail_->needsLocalRegistration()) {
       int ret = fi_mr_reg(rail_->domain(), buffer_.data(), buffer_.size(), FI_SEND, 0, 0, 0, &mr_,
                           nullptr);
@@ -96,9 +96,25 @@ class RawEndpoint {
   // Sends `length` bytes of `data` with `tag` and waits for the send to complete.
   ::testing::AssertionResult send(fi_addr_t peer, const void* data, size_t length, uint64_t tag) {
     if (length > 0) memcpy(buffer_.data(), data, length);
+    return post([&] { return rail_->tsend(buffer_.data(), length, desc_, peer, tag, this); });
+  }
+  // Sends a control message (untagged, with its header) to comm `commId` of the peer.
+  ::testing::AssertionResult sendControl(fi_addr_t peer, uint32_t commId,
+                                         core::wire::ControlKind kind, const void* payload,
+                                         size_t length) {
+    core::wire::ControlHeader header = core::wire::makeControlHeader(commId, kind, length);
+    memcpy(buffer_.data(), &header, sizeof(header));
+    if (length > 0 && payload != nullptr) memcpy(buffer_.data() + sizeof(header), payload, length);
+    return post(
+        [&] { return rail_->send(buffer_.data(), sizeof(header) + length, desc_, peer, this); });
+  }
+
+ private:
+  template <typename Post>
+  ::testing::AssertionResult post(Post&& postOnce) {
     Deadline deadline(kOpTimeoutSec);
     ssize_t ret;
-    while ((ret = rail_->tsend(buffer_.data(), length, desc_, peer, tag, this)) == -FI_EAGAIN) {
+    while ((ret = postOnce()) == -FI_EAGAIN) {
       fi_cq_tagged_entry entry;
       rail_->readCompletions(&entry, 1);
       if (deadline.expired()) return ::testing::AssertionFailure() << "fi_tsend kept EAGAIN";
@@ -118,7 +134,6 @@ class RawEndpoint {
     return ::testing::AssertionFailure() << "send did not complete";
   }
 
- private:
   std::unique_ptr<fabric::Rail> rail_;
   std::vector<uint8_t> buffer_;
   fid_mr* mr_ = nullptr;
@@ -167,21 +182,19 @@ TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
     fi_addr_t listener = FI_ADDR_UNSPEC;
     ASSERT_EQ(raw->rail().insertAddress(decoded.address, decoded.addressLength, &listener), 0);
     HostBuffer out(kMessage);
-    for (BadAddress kind : kinds) {
+    for (const BadAddress& kind : kinds) {
       SCOPED_TRACE(static_cast<int>(kind));
       std::vector<uint8_t> bad = badAddress(raw->rail().address(), kind);
       core::wire::ConnectMessage message =
           core::wire::makeConnectMessage(12345, decoded.listenerId, bad.data(), bad.size());
-      ASSERT_TRUE(
-          raw->send(listener, &message, sizeof(message),
-                    core::tags::control(decoded.listenerId, core::tags::ControlKind::kConnect)));
+      ASSERT_TRUE(raw->sendControl(listener, decoded.listenerId, core::wire::ControlKind::kConnect,
+                                   &message, sizeof(message)));
       ASSERT_TRUE(peer.channel->wait());  // accept has failed
       // Whatever the failed comm posted must be gone or drained: messages for its id then find no
       // freed memory.
       // Ids go round-robin: each round creates the failed comm, then the good one.
-      uint32_t id = decoded.listenerId + 1 + 2 * static_cast<uint32_t>(kind);
-      ASSERT_TRUE(
-          raw->send(listener, nullptr, 0, core::tags::control(id, core::tags::ControlKind::kPing)));
+      uint32_t id = decoded.listenerId + 1 + 2 * static_cast<uint32_t>(&kind - kinds.data());
+      ASSERT_TRUE(raw->sendControl(listener, id, core::wire::ControlKind::kPing, nullptr, 0));
       ASSERT_TRUE(raw->send(listener, nullptr, 0, core::tags::data(id, 0, kTag)));
       // A good connection right after (its connect message follows the probes), through the same
       // listener.
@@ -262,13 +275,11 @@ TEST(Close, ClosingAListenerWithAStuckAcceptReleasesTheHalfBuiltComm) {
     std::vector<uint8_t> bad = badAddress(raw->rail().address(), BadAddress::kUnreachable);
     core::wire::ConnectMessage message =
         core::wire::makeConnectMessage(12345, decoded.listenerId, bad.data(), bad.size());
-    ASSERT_TRUE(
-        raw->send(listener, &message, sizeof(message),
-                  core::tags::control(decoded.listenerId, core::tags::ControlKind::kConnect)));
+    ASSERT_TRUE(raw->sendControl(listener, decoded.listenerId, core::wire::ControlKind::kConnect,
+                                 &message, sizeof(message)));
     ASSERT_TRUE(peer.channel->wait());     // the listener is closed
     uint32_t id = decoded.listenerId + 1;  // the half-built comm, created right after
-    ASSERT_TRUE(
-        raw->send(listener, nullptr, 0, core::tags::control(id, core::tags::ControlKind::kPing)));
+    ASSERT_TRUE(raw->sendControl(listener, id, core::wire::ControlKind::kPing, nullptr, 0));
     ASSERT_TRUE(raw->send(listener, nullptr, 0, core::tags::data(id, 0, kTag)));
     HostBuffer out(kMessage);
     void* send = nullptr;

@@ -4,6 +4,7 @@
 // buffers can be unmapped at once), close must not wait for nothing (idle close < 1 ms, 100 busy
 // closes < 2 s), and messages that arrive for closed comms must be drained so that the device
 // keeps connecting and moving data.
+#include <rdma/fabric.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "platform/provider_rules.h"
 #include "support/harness.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
@@ -374,6 +376,10 @@ TEST(Close, MessagesForClosedCommsAreDrained) {
   constexpr int kWindow = 16;
   constexpr size_t kLarge = 1 << 20;
   const int messages = getenv("NNF_DRAIN_MESSAGES") ? atoi(getenv("NNF_DRAIN_MESSAGES")) : 10000;
+  if (!platform::wildcardReceivesSafe(platform::familyOf(testProvider()), fi_version())) {
+    GTEST_SKIP() << "shm before libfabric 2.0: closed comms are not drained (it mismatches "
+                    "messages after a wildcard receive; provider_quirks_test)";
+  }
   auto sender = [&](Peer& peer) {
     std::vector<void*> comms(kComms);
     Handle handle;

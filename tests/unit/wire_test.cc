@@ -100,7 +100,7 @@ TEST(AcceptMessage, RoundTripsAndChecksSender) {
 
 TEST(Tags, FieldsDoNotOverlap) {
   uint64_t tag = tags::data(tags::kMaxCommId, tags::kSeqMask, -1);
-  EXPECT_FALSE(tags::isControl(tag));
+  EXPECT_EQ(tag >> 63, 0u) << "bit 63 stays clear";
   EXPECT_EQ(tags::commId(tag), tags::kMaxCommId);
   EXPECT_EQ(tags::seq(tag), tags::kSeqMask);
   EXPECT_EQ(tags::ncclTag(tag), -1);
@@ -111,12 +111,21 @@ TEST(Tags, FieldsDoNotOverlap) {
   EXPECT_EQ(tags::ncclTag(other), 123456);
   // Sequence numbers wrap instead of spilling into the comm id.
   EXPECT_EQ(tags::data(5, tags::kSeqMask + 1, 0), tags::data(5, 0, 0));
+}
 
-  uint64_t control = tags::control(5, tags::ControlKind::kAccept);
-  EXPECT_TRUE(tags::isControl(control));
-  EXPECT_EQ(tags::commId(control), 5u);
-  EXPECT_NE(control, tags::control(5, tags::ControlKind::kConnect));
-  EXPECT_NE(control & ~tags::kControlBit, tags::data(5, 0, 0));
+TEST(ControlHeader, RoundTripsAndRejectsWhatDidNotArriveWhole) {
+  uint8_t buffer[64] = {};
+  wire::ControlHeader header = wire::makeControlHeader(77, wire::ControlKind::kAccept, 8);
+  memcpy(buffer, &header, sizeof(header));
+  wire::ControlHeader decoded;
+  std::string reason;
+  ASSERT_TRUE(wire::decodeControlHeader(buffer, sizeof(header) + 8, &decoded, &reason)) << reason;
+  EXPECT_EQ(decoded.commId, 77u);
+  EXPECT_EQ(decoded.kind, static_cast<uint32_t>(wire::ControlKind::kAccept));
+  EXPECT_FALSE(wire::decodeControlHeader(buffer, sizeof(header) + 7, &decoded, &reason));
+  EXPECT_FALSE(wire::decodeControlHeader(buffer, sizeof(header) - 1, &decoded, &reason));
+  buffer[0] ^= 1;
+  EXPECT_FALSE(wire::decodeControlHeader(buffer, sizeof(header) + 8, &decoded, &reason));
 }
 
 }  // namespace

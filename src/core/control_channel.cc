@@ -1,0 +1,98 @@
+#include "core/control_channel.h"
+
+#include <rdma/fi_errno.h>
+
+#include <cstring>
+
+#include "core/comm.h"
+#include "core/device.h"
+#include "log/log.h"
+
+namespace nnf::core {
+
+ControlChannel::ControlChannel(Device& device, size_t receives) : device_(device) {
+  entries_.reserve(receives);
+  for (size_t i = 0; i < receives; ++i) entries_.push_back(std::make_unique<Entry>());
+}
+
+ControlChannel::~ControlChannel() {
+  // The device closes its endpoint first: the buffers are no longer the provider's.
+  for (auto& entry : entries_) device_.controlArena().release(&entry->slot);
+}
+
+bool ControlChannel::start() {
+  for (auto& entry : entries_) {
+    Operation& op = entry->op;
+    if (op.inFlight || op.queued) continue;  // posted by an earlier, partly failed start
+    if (entry->slot.data == nullptr && !device_.controlArena().acquire(&entry->slot)) {
+      return false;  // logged
+    }
+    op.owner = this;
+    op.type = OpType::kControlRecv;
+    op.buffer = entry->slot.data;
+    op.length = ControlSlot::kSize;
+    op.desc = entry->slot.desc;
+    if (device_.post(op) != abi::kSuccess) {
+      NNF_WARN("device %d: cannot post its %zu control receives", device_.index(), entries_.size());
+      return false;
+    }
+  }
+  return true;
+}
+
+abi::Result ControlChannel::send(Operation& op, uint8_t* buffer, void* desc, fi_addr_t peer,
+                                 uint32_t remoteId, wire::ControlKind kind, const void* payload,
+                                 size_t length) {
+  if (length > kMaxPayload) {
+    NNF_WARN("device %d: a %zu-byte control message exceeds %zu bytes", device_.index(), length,
+             kMaxPayload);
+    return abi::kInternalError;
+  }
+  wire::ControlHeader header = wire::makeControlHeader(remoteId, kind, length);
+  memcpy(buffer, &header, sizeof(header));
+  if (length > 0) memcpy(buffer + sizeof(header), payload, length);
+  op.type = OpType::kControlSend;
+  op.buffer = buffer;
+  op.length = sizeof(header) + length;
+  op.desc = desc;
+  op.peer = peer;
+  return device_.post(op);
+}
+
+void ControlChannel::repost(Entry& entry) {
+  if (device_.post(entry.op) == abi::kSuccess || warned_) return;
+  // One receive fewer; the others keep the device reachable.
+  warned_ = true;
+  NNF_WARN("device %d: a control receive could not be posted again", device_.index());
+}
+
+void ControlChannel::onComplete(Operation& op, size_t length) {
+  Entry& entry = *entryOf(op);
+  wire::ControlHeader header;
+  std::string reason;
+  if (!wire::decodeControlHeader(entry.slot.data, length, &header, &reason)) {
+    ++dropped_;
+    NNF_WARN("device %d: dropped a control message: %s", device_.index(), reason.c_str());
+  } else if (Comm* comm = device_.findComm(header.commId); comm != nullptr && !comm->closed()) {
+    comm->onControlMessage(static_cast<wire::ControlKind>(header.kind),
+                           entry.slot.data + sizeof(header), header.length);
+  } else {
+    ++dropped_;
+  }
+  repost(entry);
+}
+
+void ControlChannel::onError(Operation& op, int error, size_t overflow, const char* text) {
+  Entry& entry = *entryOf(op);
+  if (error == FI_ECANCELED) return;  // the device is closing
+  if (error == FI_ETRUNC) {
+    NNF_WARN("device %d: dropped a control message of more than %zu bytes", device_.index(),
+             ControlSlot::kSize - 1);
+  } else {
+    NNF_WARN("device %d: receiving a control message failed: %s (%s)", device_.index(),
+             fi_strerror(error), text != nullptr ? text : "");
+  }
+  repost(entry);
+}
+
+}  // namespace nnf::core

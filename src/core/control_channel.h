@@ -1,0 +1,73 @@
+// The one receive path of a device for everything that is not data: connection requests, accept
+// messages, pings (and, later, the rdma protocol's receive descriptors). Control messages are
+// untagged (data is tagged: the two never meet), start with a wire::ControlHeader naming the
+// comm, and land in a fixed ring of untagged receives; each completion is dispatched by that
+// id and the receive is posted again at once. Untagged rather than tagged with ignore bits:
+// libfabric 1.x shm matches later unexpected messages with the ignore mask of a completed
+// wildcard receive (tests/functional/provider_quirks_test.cc). So the number of posted control
+// receives is fixed per device, whatever the number of comms: no listener, handshake or liveness
+// check keeps a receive of its own in the provider's queue (the 1,024-entry queue of shm and tcp
+// would otherwise cap the number of comms).
+//
+// A message for an id that names no open comm (closed, or never opened) is counted and dropped.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "abi/nccl_abi.h"
+#include "core/control_arena.h"
+#include "core/operation.h"
+#include "core/wire.h"
+
+namespace nnf::core {
+
+class Device;
+
+class ControlChannel final : public OperationOwner {
+ public:
+  // Largest control payload (the receive buffer is one byte more, so a longer one is seen).
+  static constexpr size_t kMaxPayload = ControlSlot::kSize - sizeof(wire::ControlHeader) - 1;
+
+  ControlChannel(Device& device, size_t receives);
+  ~ControlChannel();
+  ControlChannel(const ControlChannel&) = delete;
+  ControlChannel& operator=(const ControlChannel&) = delete;
+
+  // Posts the ring (device lock held). False, logged, when a buffer or a receive cannot be had;
+  // calling it again posts what is missing.
+  bool start();
+  size_t receives() const { return entries_.size(); }
+  // Writes header and payload into `buffer` (kMaxPayload + header bytes, registered with `desc`
+  // where the provider needs it: a comm's control slot) and posts `op` as a control send to
+  // comm `remoteId` of the peer. The buffer must stay until the send completes.
+  abi::Result send(Operation& op, uint8_t* buffer, void* desc, fi_addr_t peer, uint32_t remoteId,
+                   wire::ControlKind kind, const void* payload, size_t length);
+  // Messages dropped because no open comm had their id (late pings, a closed listener's
+  // connection requests).
+  uint64_t dropped() const { return dropped_; }
+
+  void onComplete(Operation& op, size_t length) override;
+  void onError(Operation& op, int error, size_t overflow, const char* text) override;
+
+ private:
+  struct Entry {
+    Operation op;  // first: its context leads back to the entry
+    ControlSlot slot;
+  };
+  static Entry* entryOf(Operation& op) {
+    static_assert(std::is_standard_layout_v<Entry> && offsetof(Entry, op) == 0);
+    return reinterpret_cast<Entry*>(&op);
+  }
+  void repost(Entry& entry);
+
+  Device& device_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+  uint64_t dropped_ = 0;
+  bool warned_ = false;
+};
+
+}  // namespace nnf::core

@@ -20,10 +20,10 @@ namespace {
 constexpr size_t kTagsPerComm = 256;
 }  // namespace
 
-DataComm::DataComm(Device& device, Kind kind, uint32_t id, size_t requests, size_t opsPerRequest)
+DataComm::DataComm(Device& device, Kind kind, uint32_t id, size_t requests, OpPool& ops)
     : Comm(device, kind, id),
-      pool_(this, requests, opsPerRequest),
-      flushPool_(this, kind == Kind::kRecv ? abi::kMaxRequests : 0, 1),
+      pool_(this, requests, ops),
+      flushPool_(this, kind == Kind::kRecv ? abi::kMaxRequests : 0, device.singleOps()),
       sequences_(kTagsPerComm) {
   peerCheckNs_ =
       static_cast<uint64_t>(device.config().integer(config::Param::kPeerCheckMs)) * 1000000;
@@ -117,7 +117,7 @@ void DataComm::onComplete(Operation& op, size_t length) {
     }
     return;
   }
-  request->sizes[op.index] = op.type == OpType::kSend ? op.length : length;
+  op.transferred = op.type == OpType::kSend ? op.length : length;
   if (--request->remaining == 0) finish(*request);
 }
 

@@ -12,7 +12,8 @@ namespace nnf::core {
 
 class DataComm : public Comm {
  public:
-  DataComm(Device& device, Kind kind, uint32_t id, size_t requests, size_t opsPerRequest);
+  // `requests` at most, their operations from `ops` (a pool of the device).
+  DataComm(Device& device, Kind kind, uint32_t id, size_t requests, OpPool& ops);
 
   RequestPool& pool() { return pool_; }
   // Flush requests have a pool of their own: NCCL treats a NULL flush request as "done", so a
@@ -72,8 +73,8 @@ class DataComm : public Comm {
   RequestPool& poolOf(const Request& request) { return pool_.owns(&request) ? pool_ : flushPool_; }
   template <typename Visit>
   void forEachRequest(Visit&& visit) {
-    for (Request& request : pool_.all()) visit(request);
-    for (Request& request : flushPool_.all()) visit(request);
+    pool_.forEach(visit);
+    flushPool_.forEach(visit);
   }
   // `quiet`: an expected death (found while closing) is logged at INFO only.
   void failPeer(const char* why, bool quiet = false);

@@ -232,7 +232,7 @@ abi::Result Plugin::test(void* request, int* done, size_t* sizes, int* count) {
   switch (req->state) {
     case Request::State::kDone:
       if (sizes != nullptr) {
-        for (int i = 0; i < req->count; ++i) sizes[i] = req->sizes[i];
+        for (int i = 0; i < req->count; ++i) sizes[i] = req->ops[i].transferred;
       }
       if (count != nullptr) *count = req->count;
       *done = 1;

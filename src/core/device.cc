@@ -62,6 +62,7 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
   }
   setLimits(leader, controlReceives + drainedIds);
   controlChannel_ = std::make_unique<ControlChannel>(*this, controlReceives);
+  groupOps_ = std::make_unique<OpPool>(static_cast<size_t>(std::max(properties_.maxRecvs, 1)));
   // shm hangs on a truncated message above 4 KiB: its drains take whole messages.
   drains_ = std::make_unique<DrainPool>(*this, drainedIds,
                                         provider_ == "shm" ? properties_.maxMessageBytes : 0);

@@ -19,6 +19,7 @@
 #include "core/control_channel.h"
 #include "core/drain_pool.h"
 #include "core/memory_registry.h"
+#include "core/op_pool.h"
 #include "core/op_queue.h"
 #include "core/operation.h"
 #include "fabric/domain_lock.h"
@@ -125,6 +126,9 @@ class Device {
   void releaseClosed(Comm& comm);
   DrainPool& drains() { return *drains_; }
   ControlChannel& controlChannel() { return *controlChannel_; }
+  // Operations for requests: blocks of one (sends, flushes) and of maxRecvs (grouped receives).
+  OpPool& singleOps() { return singleOps_; }
+  OpPool& groupOps() { return *groupOps_; }
   // Operations handed to the provider and not completed yet, and those waiting in the plugin.
   size_t receivesPosted() const { return rx_.posted; }
   size_t sendsPosted() const { return tx_.posted; }
@@ -192,6 +196,8 @@ class Device {
   Lane rx_{"receive"};  // NOLINT: named lanes
   Lane tx_{"transmit"};
   std::unique_ptr<ControlChannel> controlChannel_;
+  OpPool singleOps_{1};
+  std::unique_ptr<OpPool> groupOps_;
   bool controlStarted_ = false;
   std::unordered_map<uint32_t, std::unique_ptr<Comm>> comms_;
   std::vector<Comm*> closing_;

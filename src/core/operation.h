@@ -60,6 +60,7 @@ struct Operation {
   uint64_t ignore = 0;         // kRecv: tag bits that need not match (drain receives)
   uint64_t remoteAddress = 0;  // kRead: source address and key at the peer
   uint64_t remoteKey = 0;
+  size_t transferred = 0;  // bytes moved, once completed (what test() reports)
   Operation* nextQueued = nullptr;  // OpQueue links
   Operation* prevQueued = nullptr;
 

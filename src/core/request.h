@@ -3,16 +3,21 @@
 // provider reports them (SRD does not order completions).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "abi/nccl_abi.h"
+#include "core/op_pool.h"
 #include "core/operation.h"
 
 namespace nnf::core {
 
 class DataComm;
+
+class RequestPool;
 
 struct Request {
   static constexpr uint32_t kMagic = 0x5251464eu;  // "NFQR"
@@ -22,27 +27,33 @@ struct Request {
 
   uint32_t magic = kMagic;
   State state = State::kFree;
-  uint8_t count = 0;      // operations in this request
+  uint8_t count = 0;      // operations in this request (0 while free)
   uint8_t remaining = 0;  // operations not completed yet
   abi::Result error = abi::kSuccess;
   uint64_t postedNs = 0;  // steady clock of the first stall check (0: not checked yet)
   DataComm* comm = nullptr;
-  Operation* ops = nullptr;  // `capacity` operations owned by the pool
-  size_t* sizes = nullptr;   // bytes moved per operation
+  RequestPool* pool = nullptr;
+  Operation* ops = nullptr;  // a block from the device's OpPool while not free
 };
 
+// A comm's requests: at most `capacity`, created in chunks as the comm first needs them (an idle
+// comm holds none), each with its operations from the device's pool while in use.
 class RequestPool {
  public:
-  // `requests` requests of up to `opsPerRequest` operations each, allocated here once.
-  RequestPool(DataComm* comm, size_t requests, size_t opsPerRequest);
+  RequestPool(DataComm* comm, size_t capacity, OpPool& ops)
+      : comm_(comm), capacity_(capacity), ops_(ops) {}
   RequestPool(const RequestPool&) = delete;
   RequestPool& operator=(const RequestPool&) = delete;
 
-  // nullptr when all requests are in use (NCCL then retries).
+  // nullptr when all requests are in use (NCCL then retries) or memory ran out.
   Request* acquire(uint8_t count) {
-    if (free_.empty()) return nullptr;
+    if (free_.empty() && !grow()) return nullptr;
+    Operation* ops = ops_.acquire();
+    if (ops == nullptr) return nullptr;
     Request* request = free_.back();
     free_.pop_back();
+    for (uint8_t i = 0; i < count; ++i) ops[i].request = request;
+    request->ops = ops;
     request->state = Request::State::kActive;
     request->count = count;
     request->remaining = count;
@@ -51,20 +62,34 @@ class RequestPool {
     return request;
   }
   void release(Request* request) {
+    ops_.release(request->ops);
+    request->ops = nullptr;
+    request->count = 0;
     request->state = Request::State::kFree;
     free_.push_back(request);
   }
-  bool owns(const Request* request) const {
-    return request >= requests_.data() && request < requests_.data() + requests_.size();
+  bool owns(const Request* request) const { return request->pool == this; }
+  size_t capacity() const { return capacity_; }
+  size_t inUse() const { return created_ - free_.size(); }
+  size_t opsPerRequest() const { return ops_.opsPerBlock(); }
+  template <typename Visit>
+  void forEach(Visit&& visit) {
+    size_t left = created_;
+    for (auto& chunk : chunks_) {
+      for (size_t i = 0; i < kChunk && i < left; ++i) visit(chunk[i]);
+      left -= std::min(left, kChunk);
+    }
   }
-  size_t capacity() const { return requests_.size(); }
-  size_t inUse() const { return requests_.size() - free_.size(); }
-  std::vector<Request>& all() { return requests_; }
 
  private:
-  std::vector<Request> requests_;
-  std::vector<Operation> ops_;
-  std::vector<size_t> sizes_;
+  static constexpr size_t kChunk = 32;
+  bool grow();
+
+  DataComm* comm_;
+  size_t capacity_;
+  OpPool& ops_;
+  std::vector<std::unique_ptr<Request[]>> chunks_;
+  size_t created_ = 0;
   std::vector<Request*> free_;
 };
 

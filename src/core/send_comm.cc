@@ -12,7 +12,7 @@ namespace nnf::core {
 static_assert(sizeof(wire::ConnectMessage) <= ControlChannel::kMaxPayload);
 
 SendComm::SendComm(Device& device, uint32_t id, size_t maxRecvs)
-    : DataComm(device, Kind::kSend, id, abi::kMaxRequests * maxRecvs, 1) {
+    : DataComm(device, Kind::kSend, id, abi::kMaxRequests * maxRecvs, device.singleOps()) {
   // The token pairs the id with a random nonce so that a stale or forged handle cannot name
   // another connection.
   std::random_device entropy;

@@ -1,8 +1,10 @@
-// Per-comm counters of messages per NCCL tag (see tags.h). Fixed capacity chosen at comm
-// creation: NCCL uses a handful of tags per comm (one per peer rank sharing it), and the hot
-// path must not allocate.
+// Per-comm counters of messages per NCCL tag (see tags.h). NCCL uses a handful of tags per comm
+// (one per peer rank sharing it): the table starts small and doubles when it fills, up to the
+// capacity chosen at comm creation, so an idle comm costs a few bytes and the hot path allocates
+// only when a comm meets a new tag beyond its current size.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -10,25 +12,33 @@ namespace nnf::core {
 
 class SequenceTable {
  public:
-  explicit SequenceTable(size_t capacity) : slots_(roundUp(capacity)) {}
+  explicit SequenceTable(size_t capacity, size_t initial = 8)
+      : capacity_(roundUp(capacity)), slots_(std::min(roundUp(initial), roundUp(capacity))) {}
 
-  // Returns the next sequence number for `tag` and advances it, or -1 when the table is full of
-  // other tags (the caller fails the operation with a clear error).
+  // Returns the next sequence number for `tag` and advances it, or -1 when the table holds
+  // `capacity` other tags already (the caller fails the operation with a clear error).
   int64_t next(int32_t tag) {
-    size_t mask = slots_.size() - 1;
-    for (size_t probe = 0, i = hash(tag) & mask; probe < slots_.size();
-         ++probe, i = (i + 1) & mask) {
-      Slot& slot = slots_[i];
-      if (!slot.used) {
-        slot.used = true;
-        slot.tag = tag;
+    for (;;) {
+      size_t mask = slots_.size() - 1;
+      for (size_t probe = 0, i = hash(tag) & mask; probe < slots_.size();
+           ++probe, i = (i + 1) & mask) {
+        Slot& slot = slots_[i];
+        if (!slot.used) {
+          // Keep the table at most half full (short probes); grow before taking the slot.
+          if (2 * (used_ + 1) > slots_.size() && slots_.size() < capacity_) break;
+          if (used_ == capacity_) return -1;
+          slot.used = true;
+          slot.tag = tag;
+          ++used_;
+        }
+        if (slot.tag == tag) return slot.count++;
       }
-      if (slot.tag == tag) return slot.count++;
+      if (slots_.size() >= capacity_) return -1;
+      grow();
     }
-    return -1;
   }
 
-  size_t capacity() const { return slots_.size(); }
+  size_t capacity() const { return capacity_; }
 
  private:
   struct Slot {
@@ -42,6 +52,19 @@ class SequenceTable {
     return size;
   }
   static size_t hash(int32_t tag) { return static_cast<uint32_t>(tag) * 0x9e3779b1u >> 7; }
+  void grow() {
+    std::vector<Slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    size_t mask = slots_.size() - 1;
+    for (const Slot& slot : old) {
+      if (!slot.used) continue;
+      size_t i = hash(slot.tag) & mask;
+      while (slots_[i].used) i = (i + 1) & mask;
+      slots_[i] = slot;
+    }
+  }
+  size_t capacity_;
+  size_t used_ = 0;
   std::vector<Slot> slots_;
 };
 

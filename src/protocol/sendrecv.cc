@@ -42,7 +42,7 @@ abi::Result SendRecv::postSend(core::SendComm& comm, core::Request& request, voi
     // Small sends go inline: no completion to wait for, the request is done already.
     abi::Result result = device.inject(op);
     if (result == abi::kSuccess) {
-      request.sizes[0] = size;
+      op.transferred = size;
       request.remaining = 0;
       request.state = core::Request::State::kDone;
       return abi::kSuccess;

@@ -9,9 +9,10 @@ namespace nnf::core {
 namespace {
 
 TEST(RequestPool, HandsOutEachRequestOnceUntilReleased) {
-  RequestPool pool(nullptr, 32, 4);
+  OpPool ops(4);
+  RequestPool pool(nullptr, 40, ops);
   std::set<Request*> seen;
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < 40; ++i) {
     Request* request = pool.acquire(3);
     ASSERT_NE(request, nullptr);
     EXPECT_TRUE(seen.insert(request).second);
@@ -20,30 +21,45 @@ TEST(RequestPool, HandsOutEachRequestOnceUntilReleased) {
     EXPECT_EQ(request->remaining, 3);
     EXPECT_TRUE(pool.owns(request));
   }
-  EXPECT_EQ(pool.acquire(1), nullptr);  // the 33rd: NCCL must retry
-  EXPECT_EQ(pool.inUse(), 32u);
+  EXPECT_EQ(pool.acquire(1), nullptr);  // the 41st: NCCL must retry
+  EXPECT_EQ(pool.inUse(), 40u);
   Request* back = *seen.begin();
   back->postedNs = 12345;  // stamped by a stall check during its previous life
   back->error = abi::kRemoteError;
   pool.release(back);
   EXPECT_EQ(back->state, Request::State::kFree);
+  EXPECT_EQ(back->ops, nullptr) << "a free request holds no operations";
   EXPECT_EQ(pool.acquire(1), back);
   // A reused request starts clean: its wait is timed afresh.
   EXPECT_EQ(back->postedNs, 0u);
   EXPECT_EQ(back->error, abi::kSuccess);
 }
 
-TEST(RequestPool, OperationsBelongToTheirRequest) {
-  RequestPool pool(nullptr, 4, 8);
-  for (Request& request : pool.all()) {
-    for (int i = 0; i < 8; ++i) {
-      EXPECT_EQ(request.ops[i].request, &request);
-      EXPECT_EQ(request.ops[i].index, i);
-    }
+TEST(RequestPool, AnIdleCommHoldsNothingAndOperationsFollowWhatIsInFlight) {
+  OpPool ops(8, 4);
+  RequestPool idle(nullptr, 32, ops);
+  EXPECT_EQ(idle.inUse(), 0u);
+  EXPECT_EQ(ops.blocksAllocated(), 0u) << "no operation before the first request";
+  RequestPool a(nullptr, 32, ops), b(nullptr, 32, ops);
+  Request* first = a.acquire(8);
+  Request* second = b.acquire(2);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(ops.blocksAllocated(), 4u);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(first->ops[i].request, first);
+    EXPECT_EQ(first->ops[i].index, i);
   }
-  // Operations of different requests never alias.
-  EXPECT_EQ(pool.all()[1].ops, pool.all()[0].ops + 8);
-  EXPECT_EQ(pool.all()[1].sizes, pool.all()[0].sizes + 8);
+  EXPECT_EQ(second->ops[1].request, second);
+  // Blocks of different requests never alias.
+  EXPECT_TRUE(second->ops >= first->ops + 8 || second->ops + 8 <= first->ops);
+  // Released blocks are reused: a steady stream allocates nothing more.
+  for (int round = 0; round < 100; ++round) {
+    a.release(first);
+    first = a.acquire(8);
+    ASSERT_NE(first, nullptr);
+  }
+  EXPECT_EQ(ops.blocksAllocated(), 4u);
 }
 
 TEST(RequestPool, OperationContextIsFirstMember) {
@@ -66,6 +82,14 @@ TEST(SequenceTable, ReportsFullTable) {
   for (int tag = 0; tag < 4; ++tag) EXPECT_EQ(table.next(tag * 1000), 0);
   EXPECT_EQ(table.next(999), -1);
   EXPECT_EQ(table.next(2000), 1);  // known tags keep working
+}
+
+TEST(SequenceTable, GrowsFromSmallToItsCapacityKeepingCounts) {
+  SequenceTable table(256);
+  for (int round = 0; round < 2; ++round) {
+    for (int tag = 0; tag < 256; ++tag) EXPECT_EQ(table.next(tag * 7919), round) << tag;
+  }
+  EXPECT_EQ(table.next(-1), -1) << "a 257th tag";
 }
 
 TEST(SequenceTable, CollidingTagsStayDistinct) {

@@ -39,12 +39,15 @@ constexpr uint64_t kCaps =
     FI_TAGGED | FI_MSG | FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_READ | FI_REMOTE_READ;
 constexpr uint64_t kOfferedMrModes =
     FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
-constexpr int kBurst = 16;     // writes in the burst test
-constexpr int kWaitMs = 2000;  // how long a side waits for what it expects
-constexpr int kGraceMs = 100;  // then for anything more
-constexpr size_t kSmall = 64;  // receive buffers of the message tests
+constexpr int kBurst = 16;       // writes in the burst test
+constexpr int kWaitMs = 2000;    // how long a side waits for what it expects
+constexpr int kGraceMs = 100;    // then for anything more
+constexpr size_t kSmall = 64;    // receive buffers of the message tests
 constexpr uint64_t kTagBase = 0xabcd000000000000ULL;
 constexpr uint64_t kTagIgnore = 0x0000ffffffffffffULL;
+constexpr int kFlood = 64;       // the unexpected-message test: messages sent
+constexpr int kFloodPosted = 8;  // and receives posted for them
+constexpr uint64_t kFloodTag = kTagBase | (uint64_t{1} << 20);
 
 struct Flag {
   uint64_t bit;
@@ -502,6 +505,7 @@ enum Test : uint32_t {
   kPlainWrite,       // fi_write then a 0-byte writedata: does the plain write complete remotely?
   kTaggedIgnore,     // fi_tsend to a fi_trecv with ignore bits: the tag reported
   kTaggedData,       // fi_tsenddata: flags and data at the receiver
+  kFloodTest,        // kFlood fi_tinject to kFloodPosted receives, each reposted when it completes
   kWriteWithRecv,    // writedata while a receive is posted, then a send: is the receive taken?
   kTests
 };
@@ -520,6 +524,8 @@ const char* testName(uint32_t t) {
       return "fi_tsend to fi_trecv with ignore bits";
     case kTaggedData:
       return "fi_tsenddata to fi_trecv";
+    case kFloodTest:
+      return "64 fi_tinject (32 B) to 8 posted fi_trecv, each reposted at its completion";
     case kWriteWithRecv:
       return "writedata with a receive posted, then fi_send";
   }
@@ -555,6 +561,8 @@ size_t targetWants(uint32_t t) {
       return kBurst;
     case kWriteWithRecv:
       return 2;
+    case kFloodTest:
+      return kFlood;
     default:
       return 1;
   }
@@ -566,6 +574,8 @@ size_t initiatorWants(uint32_t t) {
     case kPlainWrite:
     case kWriteWithRecv:
       return 2;
+    case kFloodTest:
+      return 0;  // injected: no completions
     default:
       return 1;
   }
@@ -655,6 +665,15 @@ int runInitiator(const std::string& provider, int fd, size_t size) {
           return fi_tsenddata(ep, src, 16, desc, dataOf(t, 0), peer, kTagBase | 0x1234, &ctx[0]);
         });
         break;
+      case kFloodTest:
+        for (int i = 0; i < kFlood && rc == 0; ++i) {
+          uint32_t message[8] = {static_cast<uint32_t>(i)};
+          rc = side.post([&] {
+            return fi_tinject(ep, message, sizeof(message), peer,
+                              kFloodTag | static_cast<uint64_t>(i));
+          });
+        }
+        break;
       case kWriteWithRecv:
         rc = write(0, dataOf(t, 0), true);
         if (rc == 0) rc = side.post([&] { return fi_send(ep, src, 8, desc, peer, &ctx[1]); });
@@ -742,8 +761,31 @@ int runTarget(const std::string& provider, int fd, size_t size) {
 
   fi_context2 recvCtx{};
   uint32_t current = 0;
-  // Is the region this completion names complete in memory right now?
+  // The unexpected-message test: its receives, and what came in.
+  static uint8_t floodBufs[kFloodPosted][kSmall];
+  fi_context2 floodCtx[kFloodPosted];
+  std::vector<int> floodGot(kFlood, 0);
+  fid_mr* floodMr = side.reg(floodBufs, sizeof(floodBufs), FI_RECV, 0x5152, &error);
+  if (floodMr == nullptr) {
+    std::printf("two processes: %s\n\n", error.c_str());
+    return 1;
+  }
+  auto postFlood = [&](int slot) {
+    return fi_trecv(side.ep(), floodBufs[slot], kSmall, side.desc(floodMr), FI_ADDR_UNSPEC,
+                    kFloodTag, 0xfffff, &floodCtx[slot]);
+  };
+  // Is the region this completion names complete in memory right now? (And, in the
+  // unexpected-message test, repost at once.)
   side.check = [&](const fi_cq_tagged_entry& e) -> int {
+    if (current == kFloodTest && e.op_context >= static_cast<void*>(&floodCtx[0]) &&
+        e.op_context < static_cast<void*>(&floodCtx[kFloodPosted])) {
+      int slot = static_cast<int>(static_cast<fi_context2*>(e.op_context) - floodCtx);
+      uint32_t index;
+      std::memcpy(&index, floodBufs[slot], sizeof(index));
+      if (index < kFlood && (e.tag & 0xfffff) == index) ++floodGot[index];
+      postFlood(slot);  // -FI_EAGAIN would show as a missing message
+      return -1;
+    }
     bool writes = current == kWriteNoRecv || current == kWriteZero || current == kWriteBurst ||
                   current == kPlainWrite || current == kWriteWithRecv;
     if (!writes || (e.flags & FI_REMOTE_CQ_DATA) == 0) return -1;
@@ -774,6 +816,10 @@ int runTarget(const std::string& provider, int fd, size_t size) {
                         kTagIgnore, &recvCtx);
       });
       posted = rc == 0;
+    } else if (t == kFloodTest) {
+      std::fill(floodGot.begin(), floodGot.end(), 0);
+      for (int slot = 0; slot < kFloodPosted && rc == 0; ++slot)
+        rc = side.post([&] { return postFlood(slot); });
     } else if (t == kWriteWithRecv) {
       rc = side.post([&] {
         return fi_recv(ep, small, sizeof(small), side.desc(smallMr), FI_ADDR_UNSPEC, &recvCtx);
@@ -799,7 +845,18 @@ int runTarget(const std::string& provider, int fd, size_t size) {
     bool inOrder = true;
     int lastIndex = -1;
     bool recvDone = false;
-    for (size_t k = 0; k < side.seen.size(); ++k) {
+    if (t == kFloodTest) {
+      int distinct = 0, twice = 0, errors = 0;
+      for (int n : floodGot) distinct += n > 0, twice += n > 1;
+      for (const Seen& seen : side.seen) errors += seen.err != 0;
+      std::printf("      %d of %d messages arrived (%d more than once, %d error entries)%s\n",
+                  distinct, kFlood, twice, errors,
+                  distinct == kFlood ? "" : ": MESSAGES LOST OR STUCK");
+      // Take the receives back before the next test.
+      for (fi_context2& ctx : floodCtx) fi_cancel(&ep->fid, &ctx);
+      side.pollFor(side.seen.size() + kFloodPosted, kGraceMs);
+    }
+    for (size_t k = 0; t != kFloodTest && k < side.seen.size(); ++k) {
       const Seen& s = side.seen[k];
       if (s.e.op_context == &recvCtx) recvDone = true;
       if (s.err) {
@@ -852,6 +909,7 @@ int runTarget(const std::string& provider, int fd, size_t size) {
   side.pollFor(1000000, kGraceMs);  // let the initiator's last completions through
   std::printf("\n");
   std::fflush(stdout);
+  fi_close(&floodMr->fid);
   fi_close(&smallMr->fid);
   fi_close(&mr->fid);
   side.close();

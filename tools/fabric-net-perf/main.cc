@@ -84,7 +84,7 @@ int rankMain(Bootstrap& boot, const Options& opts, const std::string& provider,
   report.fullCheck = opts.fullCheck;
   std::string error;
   // Both engines live through the whole sweep and take turns point by point.
-  RawEngine raw(provider);
+  RawEngine raw(provider, opts.rawRma ? RawProtocol::kRma : RawProtocol::kTagged);
   PluginEngine plugin(pluginPath, opts.dev);
   std::vector<Engine*> engines;
   bool ok = true;

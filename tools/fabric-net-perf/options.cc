@@ -117,6 +117,9 @@ void printUsage(const char* argv0) {
       "                    beside this tool (../lib), else the built one)\n"
       "  --plugin-only     skip the raw libfabric baseline\n"
       "  --raw-only        run only the raw libfabric baseline\n"
+      "  --raw PROTOCOL    the raw baseline's protocol: tagged (fi_tsend/fi_trecv, default)\n"
+      "                    or rma (receiver-driven: a clear-to-send per receive, then\n"
+      "                    fi_writedata with 4 bytes of remote CQ data)\n"
       "  --check           verify every byte (default: first and last bytes of each message)\n"
       "  --csv FILE        also write the results as CSV\n"
       "  --json FILE       also write the results as JSON\n"
@@ -213,6 +216,14 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
       opts.runRaw = false;
     } else if (arg == "--raw-only") {
       opts.runPlugin = false;
+    } else if (arg == "--raw") {
+      if (!value(&v)) return false;
+      std::string protocol = v;
+      if (protocol != "tagged" && protocol != "rma") {
+        *error = "--raw: '" + protocol + "' is not a protocol (tagged, rma)";
+        return false;
+      }
+      opts.rawRma = protocol == "rma";
     } else if (arg == "--check") {
       opts.fullCheck = true;
     } else if (arg == "--csv" || arg == "--json" || arg == "--plot") {
@@ -315,6 +326,8 @@ std::string agreementKey(const Options& opts) {
                 modeName(opts.mode), opts.minBytes, opts.maxBytes, opts.factor, opts.iters,
                 opts.warmup, opts.timeMs, opts.repeat, opts.window, opts.comms, opts.runPlugin,
                 opts.runRaw, opts.fullCheck);
+  // Appended only when set, so that the key of a default run stays what it was.
+  if (opts.rawRma) return std::string(key) + " raw=rma";
   return key;
 }
 

@@ -28,6 +28,7 @@ struct Options {
   std::string provider;
   bool runPlugin = true;
   bool runRaw = true;
+  bool rawRma = false;  // --raw rma: the raw engine writes (fi_writedata) instead of tagged sends
   bool fullCheck = false;
   bool quiet = false;
   // Local ranks on distinct CPUs (when there are enough): -1 lat only, 0 never, 1 always.

@@ -1,0 +1,196 @@
+// Many comms open at once between two processes, as NCCL's proxy opens every channel to every
+// peer (and all-to-all / PXN one per remote rank): all listens, connects and accepts polled
+// together, one verified message on each comm, then every comm closed. Bounds from issue 14:
+// set-up under 10 s, close under 5 s, no file descriptor per comm, at most 16 KiB of memory per
+// open comm. NNF_SCALE_COMMS sets the number of pairs (10,000 by default).
+#include <dirent.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/harness.h"
+#include "support/patterns.h"
+#include "support/plugin_ops.h"
+#include "support/test_env.h"
+
+namespace nnf::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kTag = 7;
+constexpr int kSlot = 64;  // bytes per comm in the data buffers
+constexpr double kSetupLimitSec = 10;
+constexpr double kCloseLimitSec = 5;
+constexpr double kBytesPerCommLimit = 16 * 1024;
+
+int scaleComms() {
+  const char* value = getenv("NNF_SCALE_COMMS");
+  return value != nullptr ? atoi(value) : 10000;
+}
+
+size_t residentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+int openFds() {
+  int count = 0;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  while (readdir(dir) != nullptr) ++count;
+  closedir(dir);
+  return count;
+}
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// What one side measured, reported in the test log.
+struct Figures {
+  double setupSec = 0, dataSec = 0, closeSec = 0;
+  double bytesPerComm = 0;
+  int fdsBefore = 0, fdsOpen = 0;
+};
+
+void report(Peer& peer, int comms, const Figures& f) {
+  printf(
+      "[%s] %d comms: set-up %.2f s, one message each %.2f s, close %.2f s, %.0f bytes/comm, "
+      "fds %d -> %d\n",
+      peer.role.c_str(), comms, f.setupSec, f.dataSec, f.closeSec, f.bytesPerComm, f.fdsBefore,
+      f.fdsOpen);
+  fflush(stdout);
+}
+
+void checkBounds(const Figures& f) {
+  EXPECT_LT(f.setupSec, kSetupLimitSec);
+  EXPECT_LT(f.closeSec, kCloseLimitSec);
+  // The EFA-rules stand-in keeps its own books per operation (reorder buffers, records) in this
+  // process too: there the resident size says little about the plugin, and is only reported.
+  if (testProvider() != "efa") EXPECT_LE(f.bytesPerComm, kBytesPerCommLimit);
+  EXPECT_LE(f.fdsOpen - f.fdsBefore, 8) << "file descriptors grow with the number of comms";
+}
+
+TEST(Scale, TenThousandCommPairsOpenAtOnce) {
+  const int n = scaleComms();
+  auto sender = [&](Peer& peer) {
+    HostBuffer buffer(size_t{kSlot} * n);
+    for (int c = 0; c < n; ++c) fillPattern(buffer.data() + size_t{kSlot} * c, kSlot, c + 1);
+    std::vector<Handle> handles(n);
+    for (Handle& handle : handles) ASSERT_TRUE(peer.channel->recv(handle.bytes, sizeof(handle)));
+    Figures f;
+    f.fdsBefore = openFds();
+    const size_t rssBefore = residentBytes();
+    auto start = Clock::now();
+    std::vector<void*> comms(n, nullptr);
+    int open = 0;
+    Deadline deadline(60);
+    while (open < n) {
+      for (int c = 0; c < n; ++c) {
+        if (comms[c] != nullptr) continue;
+        abi::NetDeviceHandleV8* devComm = nullptr;
+        ASSERT_EQ(peer.net->connect(peer.dev, handles[c].bytes, &comms[c], &devComm), abi::kSuccess)
+            << "connect " << c;
+        open += comms[c] != nullptr;
+      }
+      ASSERT_FALSE(deadline.expired()) << open << " of " << n << " connected";
+    }
+    f.setupSec = secondsSince(start);
+    ASSERT_TRUE(peer.channel->wait());  // the receiver has posted its receives
+    start = Clock::now();
+    // One registration serves every comm (regIsGlobal), as NCCL reuses its buffers.
+    void* mhandle = nullptr;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comms[0], buffer.data(), buffer.size(), &mhandle));
+    std::vector<void*> requests;
+    for (int c = 0; c < n; ++c) {
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comms[c], buffer.data() + size_t{kSlot} * c, kSlot,
+                                       kTag, mhandle, &request));
+      requests.push_back(request);
+    }
+    std::vector<int> sizes;
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));
+    f.dataSec = secondsSince(start);
+    f.bytesPerComm = (static_cast<double>(residentBytes()) - static_cast<double>(rssBefore)) / n;
+    f.fdsOpen = openFds();
+    ASSERT_TRUE(peer.channel->wait());  // the receiver checked every byte
+    dereg(peer, comms[0], mhandle);
+    start = Clock::now();
+    for (void* comm : comms) closeSend(peer, comm);
+    f.closeSec = secondsSince(start);
+    report(peer, n, f);
+    checkBounds(f);
+    peer.channel->finishBarrier(30);
+  };
+  auto receiver = [&](Peer& peer) {
+    HostBuffer buffer(size_t{kSlot} * n);
+    fillSentinel(buffer.data(), buffer.size());
+    Figures f;
+    f.fdsBefore = openFds();
+    const size_t rssBefore = residentBytes();
+    auto start = Clock::now();
+    std::vector<Handle> handles(n);
+    std::vector<void*> listens(n), comms(n, nullptr);
+    for (int c = 0; c < n; ++c) ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handles[c], &listens[c]));
+    for (Handle& handle : handles) ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle)));
+    int open = 0;
+    Deadline deadline(60);
+    while (open < n) {
+      for (int c = 0; c < n; ++c) {
+        if (comms[c] != nullptr) continue;
+        abi::NetDeviceHandleV8* devComm = nullptr;
+        ASSERT_EQ(peer.net->accept(listens[c], &comms[c], &devComm), abi::kSuccess);
+        open += comms[c] != nullptr;
+      }
+      ASSERT_FALSE(deadline.expired()) << open << " of " << n << " accepted";
+    }
+    f.setupSec = secondsSince(start);
+    start = Clock::now();
+    void* mhandle = nullptr;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comms[0], buffer.data(), buffer.size(), &mhandle));
+    std::vector<void*> requests;
+    for (int c = 0; c < n; ++c) {
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comms[c], buffer.data() + size_t{kSlot} * c, kSlot,
+                                       kTag, mhandle, &request));
+      requests.push_back(request);
+    }
+    ASSERT_TRUE(peer.channel->signal());
+    std::vector<int> sizes;
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));
+    f.dataSec = secondsSince(start);
+    int wrong = 0;
+    for (int c = 0; c < n; ++c) {
+      if (sizes[c] != kSlot || !verifyPattern(buffer.data() + size_t{kSlot} * c, kSlot, c + 1)) {
+        if (++wrong <= 5) ADD_FAILURE() << "comm " << c << ": wrong data or size " << sizes[c];
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+    f.bytesPerComm = (static_cast<double>(residentBytes()) - static_cast<double>(rssBefore)) / n;
+    f.fdsOpen = openFds();
+    ASSERT_TRUE(peer.channel->signal());
+    dereg(peer, comms[0], mhandle);
+    start = Clock::now();
+    for (int c = 0; c < n; ++c) {
+      closeRecv(peer, comms[c]);
+      closeListen(peer, listens[c]);
+    }
+    f.closeSec = secondsSince(start);
+    report(peer, n, f);
+    checkBounds(f);
+    peer.channel->finishBarrier(30);
+  };
+  runTwoProcesses(sender, receiver, 240);
+}
+
+}  // namespace
+}  // namespace nnf::test

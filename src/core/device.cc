@@ -18,6 +18,8 @@ namespace {
 constexpr size_t kDrainedIds = 256;
 // Receives of the control channel, shared by every comm of the device.
 constexpr size_t kControlReceives = 64;
+// Receives posted at once, whatever smaller size a provider states (see setLimits).
+constexpr size_t kMinReceiveLimit = 1024;
 // Operations that wait this long for a slot in the provider's queue are reported (once).
 constexpr uint64_t kWaitingWarnNs = 10ull * 1000000000;
 }  // namespace
@@ -49,10 +51,8 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
   controlArena_ =
       std::make_unique<ControlArena>(rail_->needsLocalRegistration() ? registrar_.get() : nullptr);
   // The control ring and the drains keep a share of the receive queue; data takes the rest.
-  size_t rxSize = leader->rx_attr != nullptr && leader->rx_attr->size > 0 ? leader->rx_attr->size
-                                                                          : size_t{1} << 20;
-  size_t controlReceives = std::min(kControlReceives, std::max<size_t>(rxSize / 16, 2));
-  size_t drainedIds = std::min(kDrainedIds, rxSize / 4);
+  size_t controlReceives = kControlReceives;
+  size_t drainedIds = kDrainedIds;
   if (!platform::wildcardReceivesSafe(platform::familyOf(provider_), fi_version())) {
     drainedIds = 0;
     NNF_INFO(abi::kLogSubsysInit,
@@ -88,6 +88,9 @@ void Device::setLimits(const fi_info* leader, size_t reservedReceives) {
   constexpr size_t kUnbounded = ~size_t{0};
   rx_.limit =
       leader->rx_attr != nullptr && leader->rx_attr->size > 0 ? leader->rx_attr->size : kUnbounded;
+  // Providers that state fewer (tcp in libfabric 2.x: 256) take more, or say -FI_EAGAIN: the
+  // control ring and the drains alone need 320.
+  rx_.limit = std::max(rx_.limit, kMinReceiveLimit);
   tx_.limit =
       leader->tx_attr != nullptr && leader->tx_attr->size > 0 ? leader->tx_attr->size : kUnbounded;
   NNF_INFO(abi::kLogSubsysInit,

@@ -44,7 +44,7 @@ double msSince(Clock::time_point start) {
 // byte through the loopback socket on a shared CI machine (4 threads: ~4 s a round), so 5 there.
 int abortRounds() {
   if (const char* rounds = getenv("NNF_CLOSE_ROUNDS")) return atoi(rounds);
-  return testProvider() == "shm" ? 100 : 5;
+  return 5;  // in CI; the 100-round runs of issue 12 by hand (docs/performance.md)
 }
 
 // Anonymous memory of its own mapping, so that it can be unmapped right after close.
@@ -180,11 +180,10 @@ class Abort : public ::testing::TestWithParam<Mode> {};
 TEST_P(Abort, CloseWithRequestsInFlightThenFreeTheBuffers) {
   const Mode mode = GetParam();
   const int rounds = abortRounds();
-  if (testProvider() == "shm" && getenv("NNF_CLOSE_ROUNDS") == nullptr) {
-    // Issue 12, open: on shm, within 5 to 20 rounds some 1 MiB sends to a closed comm stop
-    // being drained (2 of 32 drained, then nothing for 10 s) and hold back that peer's queue.
-    // Run by hand with NNF_CLOSE_ROUNDS=N to reproduce.
-    GTEST_SKIP() << "shm: a drained 1 MiB send can stall (issue 12, open); NNF_CLOSE_ROUNDS=N";
+  if (!platform::wildcardReceivesSafe(platform::familyOf(testProvider()), fi_version())) {
+    // shm before libfabric 2.0: closed comms are not drained (provider_quirks_test), so the
+    // 1 MiB sends to a closed comm stay with the provider and hold back that peer's queue.
+    GTEST_SKIP() << "shm before libfabric 2.0: closed comms are not drained";
   }
   // Both processes run the same body: listen per thread, swap handles, then rounds.
   auto body = [&](Peer& peer) {

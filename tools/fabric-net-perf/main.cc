@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bootstrap.h"
+#include "comms.h"
 #include "config/config.h"
 #include "options.h"
 #include "patterns.h"
@@ -75,8 +76,48 @@ std::string defaultProvider(const std::vector<std::string>& available) {
   return "";
 }
 
+// Rank 0's table on stdout, then the files the options ask for; the exit status of the run.
+int writeResults(const Report& report, const Options& opts) {
+  std::string error;
+  printTable(report, stdout);
+  std::fflush(stdout);
+  bool ok = true;
+  if (!opts.csvPath.empty() && !writeCsv(report, opts.csvPath, &error)) ok = false;
+  if (ok && !opts.jsonPath.empty() && !writeJson(report, opts.jsonPath, &error)) ok = false;
+  if (ok && !opts.plotPath.empty() && !writePlot(report, opts.plotPath, &error)) ok = false;
+  if (!ok) std::fprintf(stderr, "fabric-net-perf: %s\n", error.c_str());
+  return ok ? 0 : 1;
+}
+
+// The comms mode: the plugin alone, driven by comms.cc instead of the patterns.
+int commsMain(Bootstrap& boot, const Options& opts, const std::string& provider,
+              const std::string& pluginPath) {
+  setLogRank(boot.rank());
+  Report report;
+  report.opts = opts;
+  report.provider = provider;
+  report.fullCheck = true;
+  report.hasPlugin = true;
+  std::string error;
+  PluginEngine plugin(pluginPath, opts.dev);
+  bool ok = plugin.load() || (error = "plugin: " + plugin.error(), false);
+  report.pluginInfo = plugin.description() + " (" + pluginPath + ")";
+  ok = ok && runComms(plugin, boot, opts, &report.sides, &error);
+  if (!ok) {
+    std::fprintf(stderr, "fabric-net-perf: rank %d: %s\n", boot.rank(), error.c_str());
+    return 1;
+  }
+  if (boot.rank() != 0) {
+    if (opts.twoHosts())
+      std::fprintf(stderr, "fabric-net-perf: done; the listening side prints the results\n");
+    return 0;
+  }
+  return writeResults(report, opts);
+}
+
 int rankMain(Bootstrap& boot, const Options& opts, const std::string& provider,
              const std::string& pluginPath) {
+  if (opts.mode == Mode::kComms) return commsMain(boot, opts, provider, pluginPath);
   setLogRank(boot.rank());
   Report report;
   report.opts = opts;
@@ -117,13 +158,7 @@ int rankMain(Bootstrap& boot, const Options& opts, const std::string& provider,
   size_t e = 0;
   if (opts.runPlugin) report.hasPlugin = true, report.plugin = rows[e++];
   if (opts.runRaw) report.hasRaw = true, report.raw = rows[e++];
-  printTable(report, stdout);
-  std::fflush(stdout);
-  if (!opts.csvPath.empty() && !writeCsv(report, opts.csvPath, &error)) ok = false;
-  if (ok && !opts.jsonPath.empty() && !writeJson(report, opts.jsonPath, &error)) ok = false;
-  if (ok && !opts.plotPath.empty() && !writePlot(report, opts.plotPath, &error)) ok = false;
-  if (!ok) std::fprintf(stderr, "fabric-net-perf: %s\n", error.c_str());
-  return ok ? 0 : 1;
+  return writeResults(report, opts);
 }
 
 int main(int argc, char** argv) {

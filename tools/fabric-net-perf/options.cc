@@ -25,6 +25,8 @@ ModeDefaults defaultsFor(Mode mode) {
       return {8, 64u << 10, 8};
     case Mode::kAlltoall:
       return {1u << 10, 4u << 20, 4};
+    case Mode::kComms:
+      return {64, 64, 2};  // one size: -b (or -e) sets it
   }
   return {8, 16u << 20, 4};
 }
@@ -70,6 +72,43 @@ bool parseInt(const char* text, int lo, int hi, int* out) {
   return true;
 }
 
+// comms: the defaults and the bounds of --comms, and the most buffer memory one side may take
+// (--comms times the message size rounded up to 64 bytes).
+constexpr int kDefaultOpenComms = 10000;
+constexpr int kMaxOpenComms = 1000000;
+constexpr size_t kMaxCommsBuffer = size_t{4} << 30;
+
+// The comms mode measures one message size on the plugin alone: refuses what would be silently
+// ignored, and turns -b / -e into that one size.
+bool checkCommsOptions(Options* opts, std::string* error) {
+  if (opts->iters > 0) {
+    *error = "comms: -n counts iterations; the number of comms is --comms N";
+    return false;
+  }
+  if (!opts->runPlugin || opts->rawRma) {
+    *error = "comms: measures the plugin only (no --raw-only, no --raw)";
+    return false;
+  }
+  if (!opts->plotPath.empty()) {
+    *error = "comms: nothing to plot (use --csv or --json)";
+    return false;
+  }
+  if (opts->minSet && opts->maxSet && opts->minBytes != opts->maxBytes) {
+    *error = "comms: one message size (-b SIZE)";
+    return false;
+  }
+  size_t bytes = opts->minSet ? opts->minBytes : opts->maxSet ? opts->maxBytes : 64;
+  size_t stride = std::max<size_t>(64, (bytes + 63) & ~size_t{63});
+  if (stride * static_cast<size_t>(opts->comms) > kMaxCommsBuffer) {
+    *error = "comms: " + std::to_string(opts->comms) + " messages of " + std::to_string(bytes) +
+             " bytes need more than 4 GiB of buffers per side";
+    return false;
+  }
+  opts->minBytes = opts->maxBytes = bytes;
+  opts->minSet = opts->maxSet = true;
+  return true;
+}
+
 }  // namespace
 
 const char* modeName(Mode mode) {
@@ -84,6 +123,8 @@ const char* modeName(Mode mode) {
       return "msgrate";
     case Mode::kAlltoall:
       return "alltoall";
+    case Mode::kComms:
+      return "comms";
   }
   return "?";
 }
@@ -98,9 +139,12 @@ void printUsage(const char* argv0) {
       "  bibw      both directions at once\n"
       "  lat       ping-pong; median and p99 of half the round trip\n"
       "  msgrate   small messages over 1, 2, 4 .. --comms comms at once\n"
-      "  alltoall  every rank of a local group sends to every other at once, uneven sizes\n\n"
+      "  alltoall  every rank of a local group sends to every other at once, uneven sizes\n"
+      "  comms     --comms N comms open at once (plugin only): set-up, one message on each,\n"
+      "            close; seconds, memory and file descriptors per side\n\n"
       "Options:\n"
-      "  -b SIZE           smallest message (K/M/G suffixes)\n"
+      "  -b SIZE           smallest message (K/M/G suffixes); comms: the message size\n"
+      "                    (default 64)\n"
       "  -e SIZE           largest message\n"
       "  -f FACTOR         size multiplier between steps\n"
       "  -n N              iterations per size (default: enough for --time)\n"
@@ -109,7 +153,8 @@ void printUsage(const char* argv0) {
       "  -w N              warm-up iterations per size\n"
       "  --repeat N        measure every point N times, engines alternating; keep the best\n"
       "  --window N        messages in flight per comm (1..32, default 32)\n"
-      "  --comms N         msgrate: most comms at once (default 4)\n"
+      "  --comms N         msgrate: most comms at once (1..64, default 4); comms: comms open\n"
+      "                    at once (1..1000000, default 10000)\n"
       "  --ranks N         alltoall: ranks in the local group (2..16, default 4)\n"
       "  --dev N           plugin device (default 0)\n"
       "  --provider NAME   libfabric provider for plugin and raw (sets FI_PROVIDER)\n"
@@ -149,11 +194,16 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
       opts.mode = Mode::kMsgrate;
     else if (mode == "alltoall")
       opts.mode = Mode::kAlltoall;
+    else if (mode == "comms")
+      opts.mode = Mode::kComms;
     else {
-      *error = "unknown mode '" + mode + "' (bw, bibw, lat, msgrate, alltoall)";
+      *error = "unknown mode '" + mode + "' (bw, bibw, lat, msgrate, alltoall, comms)";
       return false;
     }
   }
+  // The comms mode opens thousands of comms at once and measures the plugin alone.
+  bool commsMode = opts.mode == Mode::kComms;
+  if (commsMode) opts.comms = kDefaultOpenComms, opts.runRaw = false;
   for (; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](const char** v) {
@@ -198,7 +248,7 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
                     : arg == "--repeat" ? Range{1, 100, &opts.repeat}
                     : arg == "--time"   ? Range{1, 600000, &opts.timeMs}
                     : arg == "--window" ? Range{1, 32, &opts.window}
-                    : arg == "--comms"  ? Range{1, 64, &opts.comms}
+                    : arg == "--comms"  ? Range{1, commsMode ? kMaxOpenComms : 64, &opts.comms}
                     : arg == "--ranks"  ? Range{2, 16, &opts.ranks}
                                         : Range{0, 1023, &opts.dev};
       if (!parseInt(v, range.lo, range.hi, range.out)) {
@@ -256,6 +306,7 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
       return false;
     }
   }
+  if (commsMode && !checkCommsOptions(&opts, error)) return false;
   if (!opts.runPlugin && !opts.runRaw) {
     *error = "--plugin-only and --raw-only exclude each other";
     return false;
@@ -310,6 +361,8 @@ int itersFor(const Options& opts, size_t bytes) {
       return clamp(256.0 * 1024 * 1024 / b, 200, 10000);
     case Mode::kAlltoall:
       return clamp(64.0 * 1024 * 1024 / b, 10, 200);
+    case Mode::kComms:
+      return 1;  // one message per comm
   }
   return 100;
 }

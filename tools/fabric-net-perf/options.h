@@ -7,7 +7,7 @@
 
 namespace nnf::perf {
 
-enum class Mode { kBw, kBibw, kLat, kMsgrate, kAlltoall };
+enum class Mode { kBw, kBibw, kLat, kMsgrate, kAlltoall, kComms };
 
 const char* modeName(Mode mode);
 
@@ -22,7 +22,7 @@ struct Options {
   bool minSet = false, maxSet = false;
   int repeat = 1;   // rounds per point; the best one is kept
   int window = 32;  // messages in flight per comm (NCCL_NET_MAX_REQUESTS)
-  int comms = 4;    // msgrate: largest number of comms used at once
+  int comms = 4;    // msgrate: largest number of comms used at once; comms: comms open at once
   int ranks = 4;    // alltoall: size of the local group
   int dev = 0;
   std::string provider;

@@ -565,6 +565,8 @@ bool Runner::setup() {
           return false;
       }
       break;
+    case Mode::kComms:
+      return fail("comms: not a pattern (comms.cc runs it)");
   }
   if (opts_.mode != Mode::kAlltoall && opts_.mode != Mode::kLat && !addAck(other)) return false;
   return true;

@@ -30,6 +30,9 @@ class PluginEngine : public Engine {
   bool close() override;
 
   const abi::PropertiesV8& properties() const { return props_; }
+  // The table and device, for the comms mode, which drives them itself (comms.h).
+  const abi::NetV8& net() const { return *net_; }
+  int dev() const { return dev_; }
   std::string description() const;
 
  private:

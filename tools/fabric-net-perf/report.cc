@@ -55,9 +55,68 @@ std::string csvCell(double v) {
   return text;
 }
 
+const char* sideName(const CommsSide& side) {
+  return side.receiver ? "receiver" : "sender";
+}
+
+double mib(long bytes) {
+  return static_cast<double>(bytes) / (1024.0 * 1024.0);
+}
+
+// The comms mode: one row per side.
+void printCommsTable(const Report& r, FILE* out) {
+  std::fprintf(out, "# fabric-net-perf comms, provider %s, every byte checked\n",
+               r.provider.c_str());
+  std::fprintf(out, "# plugin: %s\n", r.pluginInfo.c_str());
+  std::fprintf(
+      out,
+      "# comms: %d comms open at once, one %zu-byte message on each; the receiver (rank 0)\n"
+      "#        listens, accepts and receives, the sender (rank 1) connects and sends;\n"
+      "#        RSS/comm = growth of the resident size from before the first listen or\n"
+      "#        connect to all comms open after the data, over the number of comms\n",
+      r.opts.comms, r.opts.minBytes);
+  std::fprintf(out, "#\n");
+  const char* format = "%-10s %8s %6s %9s %9s %9s %9s %8s %8s %6s %6s %6s\n";
+  std::fprintf(out, format, "#     side", "comms", "size", "set-up", "data", "close", "RSS/comm",
+               "RSS(MiB)", "RSS(MiB)", "fds", "fds", "fds");
+  std::fprintf(out, format, "#", "", "(B)", "(s)", "(s)", "(s)", "(B)", "before", "open", "before",
+               "open", "closed");
+  for (const CommsSide& side : r.sides)
+    std::fprintf(out, "%10s %8ld %6zu %9.3f %9.3f %9.3f %9.0f %8.1f %8.1f %6d %6d %6d\n",
+                 sideName(side), side.comms, side.bytes, side.setupSec, side.dataSec, side.closeSec,
+                 side.rssPerComm(), mib(side.rssBefore), mib(side.rssOpen), side.fdsBefore,
+                 side.fdsOpen, side.fdsClosed);
+  std::fprintf(out, "# Data check: every byte of every message verified, no mismatch\n");
+}
+
+bool writeCommsCsv(const Report& r, std::ofstream& out) {
+  out << "mode,provider,side,rank,comms,bytes,setup_s,data_s,close_s,rss_bytes_per_comm,"
+         "rss_before_bytes,rss_open_bytes,fds_before,fds_open,fds_closed\n";
+  for (const CommsSide& x : r.sides)
+    out << modeName(r.opts.mode) << ',' << r.provider << ',' << sideName(x) << ',' << x.rank << ','
+        << x.comms << ',' << x.bytes << ',' << csvCell(x.setupSec) << ',' << csvCell(x.dataSec)
+        << ',' << csvCell(x.closeSec) << ',' << csvCell(x.rssPerComm()) << ',' << x.rssBefore << ','
+        << x.rssOpen << ',' << x.fdsBefore << ',' << x.fdsOpen << ',' << x.fdsClosed << '\n';
+  return static_cast<bool>(out);
+}
+
+std::string commsJsonRow(const CommsSide& x) {
+  return std::string("{\"side\": \"") + sideName(x) + "\", \"rank\": " + std::to_string(x.rank) +
+         ", \"comms\": " + std::to_string(x.comms) + ", \"bytes\": " + std::to_string(x.bytes) +
+         ", \"setup_s\": " + csvCell(x.setupSec) + ", \"data_s\": " + csvCell(x.dataSec) +
+         ", \"close_s\": " + csvCell(x.closeSec) +
+         ", \"rss_bytes_per_comm\": " + csvCell(x.rssPerComm()) +
+         ", \"rss_before_bytes\": " + std::to_string(x.rssBefore) +
+         ", \"rss_open_bytes\": " + std::to_string(x.rssOpen) +
+         ", \"fds_before\": " + std::to_string(x.fdsBefore) +
+         ", \"fds_open\": " + std::to_string(x.fdsOpen) +
+         ", \"fds_closed\": " + std::to_string(x.fdsClosed) + "}";
+}
+
 }  // namespace
 
 void printTable(const Report& r, FILE* out) {
+  if (r.opts.mode == Mode::kComms) return printCommsTable(r, out);
   const char* mode = modeName(r.opts.mode);
   std::fprintf(out, "# fabric-net-perf %s, provider %s, %s check\n", mode, r.provider.c_str(),
                r.fullCheck ? "full" : "first/last bytes");
@@ -122,6 +181,8 @@ bool writeCsv(const Report& r, const std::string& path, std::string* error) {
     *error = "cannot write " + path;
     return false;
   }
+  if (r.opts.mode == Mode::kComms)
+    return writeCommsCsv(r, out) || (*error = "write error on " + path, false);
   out << "mode,provider,bytes,comms,count,window";
   for (const char* e : {"plugin", "raw"})
     out << ',' << e << "_time_us," << e << "_gbps," << e << "_mmsgs," << e << "_p99_us";
@@ -166,6 +227,13 @@ bool writeJson(const Report& r, const std::string& path, std::string* error) {
       << ",\n  \"full_check\": " << (r.fullCheck ? "true" : "false");
   if (r.hasPlugin) out << ",\n  \"plugin\": " << str(r.pluginInfo);
   if (r.hasRaw) out << ",\n  \"raw\": " << str(r.rawInfo);
+  if (r.opts.mode == Mode::kComms) {
+    out << ",\n  \"sides\": [";
+    for (size_t i = 0; i < r.sides.size(); ++i)
+      out << (i ? ",\n" : "\n") << "    " << commsJsonRow(r.sides[i]);
+    out << "\n  ]\n}\n";
+    return static_cast<bool>(out) || (*error = "write error on " + path, false);
+  }
   out << ",\n  \"rows\": [";
   for (size_t i = 0; i < rowCount(r); ++i) {
     const Row& x = anyRow(r, i);

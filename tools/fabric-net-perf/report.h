@@ -1,10 +1,12 @@
-// Output: the nccl-tests style table, CSV, JSON and an optional gnuplot chart.
+// Output: the nccl-tests style table, CSV, JSON and an optional gnuplot chart (the comms mode:
+// one row per side instead of one per size, and no chart).
 #pragma once
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "comms.h"
 #include "options.h"
 #include "patterns.h"
 
@@ -16,6 +18,7 @@ struct Report {
   std::string pluginInfo, rawInfo;  // one line each, for the header
   bool hasPlugin = false, hasRaw = false;
   std::vector<Row> plugin, raw;  // same order; either may be empty
+  std::vector<CommsSide> sides;  // comms mode: receiver, then sender
   bool fullCheck = false;
 };
 

@@ -43,7 +43,21 @@ stage() {
 }
 
 # run_ctest RESULT_NAME BUILD_DIR ARGS...: one ctest run, its results in build-ci/NAME.xml.
+# Shared-memory regions left by processes that no longer exist (tests kill peers on purpose).
+# libfabric 1.x shm names an endpoint "<pid>:<n>:<n>" by default: a recycled pid meeting its
+# stale region makes fi_enable fail (seen in the EFA-rules tests, which use default names).
+remove_stale_shm() {
+  local region name pid
+  for region in /dev/shm/*; do
+    name=${region##*/}
+    pid=${name%%:*}
+    [[ $name == *:* && $pid =~ ^[0-9]+$ ]] || continue
+    kill -0 "$pid" 2>/dev/null || rm -f "$region"
+  done
+}
+
 run_ctest() {
+  remove_stale_shm
   local name=$1 build=$2
   shift 2
   (cd "$build" && ctest --output-on-failure --timeout 600 -j2 --output-junit "$results/$name.xml" "$@")

@@ -20,10 +20,10 @@ namespace {
 constexpr size_t kTagsPerComm = 256;
 }  // namespace
 
-DataComm::DataComm(Device& device, Kind kind, uint32_t id, size_t requests, OpPool& ops)
+DataComm::DataComm(Device& device, Kind kind, uint32_t id, size_t requests, OpPool* ops)
     : Comm(device, kind, id),
       pool_(this, requests, ops),
-      flushPool_(this, kind == Kind::kRecv ? abi::kMaxRequests : 0, device.singleOps()),
+      flushPool_(this, kind == Kind::kRecv ? abi::kMaxRequests : 0, nullptr),
       sequences_(kTagsPerComm) {
   peerCheckNs_ =
       static_cast<uint64_t>(device.config().integer(config::Param::kPeerCheckMs)) * 1000000;

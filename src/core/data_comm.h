@@ -12,8 +12,9 @@ namespace nnf::core {
 
 class DataComm : public Comm {
  public:
-  // `requests` at most, their operations from `ops` (a pool of the device).
-  DataComm(Device& device, Kind kind, uint32_t id, size_t requests, OpPool& ops);
+  // `requests` at most, their operations from `ops` (a pool of the device; null: one operation
+  // per request, carried inline).
+  DataComm(Device& device, Kind kind, uint32_t id, size_t requests, OpPool* ops);
 
   RequestPool& pool() { return pool_; }
   // Flush requests have a pool of their own: NCCL treats a NULL flush request as "done", so a

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -126,8 +127,7 @@ class Device {
   void releaseClosed(Comm& comm);
   DrainPool& drains() { return *drains_; }
   ControlChannel& controlChannel() { return *controlChannel_; }
-  // Operations for requests: blocks of one (sends, flushes) and of maxRecvs (grouped receives).
-  OpPool& singleOps() { return singleOps_; }
+  // Operations of grouped receives, in blocks of maxRecvs (single operations travel inline).
   OpPool& groupOps() { return *groupOps_; }
   // Operations handed to the provider and not completed yet, and those waiting in the plugin.
   size_t receivesPosted() const { return rx_.posted; }
@@ -137,6 +137,9 @@ class Device {
 
   // Address vector entry for a peer endpoint, inserted once per distinct address.
   int peerAddress(const uint8_t* address, size_t length, fi_addr_t* out);
+
+  // Unpredictable 32-bit values for connection tokens (device lock held).
+  uint32_t nextNonce() { return static_cast<uint32_t>(nonces_()); }
 
   // A key for providers that let the application choose registration keys.
   uint64_t nextRegistrationKey() { return nextKey_++; }
@@ -196,13 +199,13 @@ class Device {
   Lane rx_{"receive"};  // NOLINT: named lanes
   Lane tx_{"transmit"};
   std::unique_ptr<ControlChannel> controlChannel_;
-  OpPool singleOps_{1};
   std::unique_ptr<OpPool> groupOps_;
   bool controlStarted_ = false;
   std::unordered_map<uint32_t, std::unique_ptr<Comm>> comms_;
   std::vector<Comm*> closing_;
   uint32_t nextId_ = 1;
   uint64_t nextKey_ = 1;
+  std::mt19937_64 nonces_{std::random_device{}()};
   std::map<std::vector<uint8_t>, fi_addr_t> peers_;
 };
 

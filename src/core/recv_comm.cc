@@ -9,7 +9,7 @@
 namespace nnf::core {
 
 RecvComm::RecvComm(Device& device, uint32_t id, size_t maxRecvs)
-    : DataComm(device, Kind::kRecv, id, abi::kMaxRequests, device.groupOps()),
+    : DataComm(device, Kind::kRecv, id, abi::kMaxRequests, &device.groupOps()),
       maxRecvs_(maxRecvs) {
   acceptSend_.owner = this;
 }

@@ -1,6 +1,7 @@
 #include "core/request.h"
 
 #include <new>
+#include <type_traits>
 
 namespace nnf::core {
 
@@ -18,16 +19,27 @@ bool OpPool::grow() {
 }
 
 bool RequestPool::grow() {
+  static_assert(sizeof(Request) % alignof(Operation) == 0 && alignof(Request) <= 16 &&
+                alignof(Operation) <= 16);
+  static_assert(std::is_trivially_destructible_v<Request> &&
+                std::is_trivially_destructible_v<Operation>);
   if (created_ >= capacity_) return false;
   size_t count = std::min(kChunk, capacity_ - created_);
-  std::unique_ptr<Request[]> chunk(new (std::nothrow) Request[kChunk]);
+  std::unique_ptr<uint8_t[]> chunk(new (std::nothrow) uint8_t[kChunk * stride_]);
   if (!chunk) return false;
   free_.reserve(created_ + count);
   // Hand out low addresses first: friendlier to caches and to reading traces.
   for (size_t i = count; i-- > 0;) {
-    chunk[i].comm = comm_;
-    chunk[i].pool = this;
-    free_.push_back(&chunk[i]);
+    uint8_t* slot = chunk.get() + i * stride_;
+    auto* request = new (slot) Request;
+    request->comm = comm_;
+    request->pool = this;
+    if (ops_ == nullptr) {
+      auto* op = new (slot + sizeof(Request)) Operation;
+      op->request = request;
+      request->ops = op;
+    }
+    free_.push_back(request);
   }
   chunks_.push_back(std::move(chunk));
   created_ += count;

@@ -37,23 +37,31 @@ struct Request {
 };
 
 // A comm's requests: at most `capacity`, created in chunks as the comm first needs them (an idle
-// comm holds none), each with its operations from the device's pool while in use.
+// comm holds none). Requests of one operation (sends, flushes) carry it with them; those of
+// several (grouped receives) take a block from the device's OpPool while in use, so that memory
+// follows what is in flight.
 class RequestPool {
  public:
-  RequestPool(DataComm* comm, size_t capacity, OpPool& ops)
-      : comm_(comm), capacity_(capacity), ops_(ops) {}
+  // `ops` null: one operation per request, carried inline.
+  RequestPool(DataComm* comm, size_t capacity, OpPool* ops)
+      : comm_(comm),
+        capacity_(capacity),
+        ops_(ops),
+        stride_(sizeof(Request) + (ops == nullptr ? sizeof(Operation) : 0)) {}
   RequestPool(const RequestPool&) = delete;
   RequestPool& operator=(const RequestPool&) = delete;
 
   // nullptr when all requests are in use (NCCL then retries) or memory ran out.
   Request* acquire(uint8_t count) {
     if (free_.empty() && !grow()) return nullptr;
-    Operation* ops = ops_.acquire();
-    if (ops == nullptr) return nullptr;
     Request* request = free_.back();
+    if (ops_ != nullptr) {
+      Operation* ops = ops_->acquire();
+      if (ops == nullptr) return nullptr;
+      for (uint8_t i = 0; i < count; ++i) ops[i].request = request;
+      request->ops = ops;
+    }
     free_.pop_back();
-    for (uint8_t i = 0; i < count; ++i) ops[i].request = request;
-    request->ops = ops;
     request->state = Request::State::kActive;
     request->count = count;
     request->remaining = count;
@@ -62,8 +70,10 @@ class RequestPool {
     return request;
   }
   void release(Request* request) {
-    ops_.release(request->ops);
-    request->ops = nullptr;
+    if (ops_ != nullptr) {
+      ops_->release(request->ops);
+      request->ops = nullptr;
+    }
     request->count = 0;
     request->state = Request::State::kFree;
     free_.push_back(request);
@@ -71,12 +81,13 @@ class RequestPool {
   bool owns(const Request* request) const { return request->pool == this; }
   size_t capacity() const { return capacity_; }
   size_t inUse() const { return created_ - free_.size(); }
-  size_t opsPerRequest() const { return ops_.opsPerBlock(); }
   template <typename Visit>
   void forEach(Visit&& visit) {
     size_t left = created_;
     for (auto& chunk : chunks_) {
-      for (size_t i = 0; i < kChunk && i < left; ++i) visit(chunk[i]);
+      for (size_t i = 0; i < kChunk && i < left; ++i) {
+        visit(*reinterpret_cast<Request*>(chunk.get() + i * stride_));
+      }
       left -= std::min(left, kChunk);
     }
   }
@@ -87,8 +98,9 @@ class RequestPool {
 
   DataComm* comm_;
   size_t capacity_;
-  OpPool& ops_;
-  std::vector<std::unique_ptr<Request[]>> chunks_;
+  OpPool* ops_;
+  size_t stride_;  // a request, then its inline operation where it has one
+  std::vector<std::unique_ptr<uint8_t[]>> chunks_;
   size_t created_ = 0;
   std::vector<Request*> free_;
 };

@@ -10,7 +10,7 @@ namespace {
 
 TEST(RequestPool, HandsOutEachRequestOnceUntilReleased) {
   OpPool ops(4);
-  RequestPool pool(nullptr, 40, ops);
+  RequestPool pool(nullptr, 40, &ops);
   std::set<Request*> seen;
   for (int i = 0; i < 40; ++i) {
     Request* request = pool.acquire(3);
@@ -37,10 +37,10 @@ TEST(RequestPool, HandsOutEachRequestOnceUntilReleased) {
 
 TEST(RequestPool, AnIdleCommHoldsNothingAndOperationsFollowWhatIsInFlight) {
   OpPool ops(8, 4);
-  RequestPool idle(nullptr, 32, ops);
+  RequestPool idle(nullptr, 32, &ops);
   EXPECT_EQ(idle.inUse(), 0u);
   EXPECT_EQ(ops.blocksAllocated(), 0u) << "no operation before the first request";
-  RequestPool a(nullptr, 32, ops), b(nullptr, 32, ops);
+  RequestPool a(nullptr, 32, &ops), b(nullptr, 32, &ops);
   Request* first = a.acquire(8);
   Request* second = b.acquire(2);
   ASSERT_NE(first, nullptr);
@@ -60,6 +60,23 @@ TEST(RequestPool, AnIdleCommHoldsNothingAndOperationsFollowWhatIsInFlight) {
     ASSERT_NE(first, nullptr);
   }
   EXPECT_EQ(ops.blocksAllocated(), 4u);
+}
+
+TEST(RequestPool, SingleOperationRequestsCarryTheirOwn) {
+  RequestPool pool(nullptr, 40, nullptr);
+  std::set<Operation*> seen;
+  for (int i = 0; i < 40; ++i) {
+    Request* request = pool.acquire(1);
+    ASSERT_NE(request, nullptr);
+    ASSERT_NE(request->ops, nullptr);
+    EXPECT_EQ(request->ops[0].request, request);
+    EXPECT_EQ(request->ops[0].index, 0);
+    EXPECT_TRUE(seen.insert(request->ops).second) << "operations never alias";
+  }
+  EXPECT_EQ(pool.acquire(1), nullptr);
+  int visited = 0;
+  pool.forEach([&](Request& request) { visited += request.state == Request::State::kActive; });
+  EXPECT_EQ(visited, 40);
 }
 
 TEST(RequestPool, OperationContextIsFirstMember) {

@@ -20,6 +20,8 @@ constexpr size_t kDrainedIds = 256;
 constexpr size_t kControlReceives = 64;
 // Receives posted at once, whatever smaller size a provider states (see setLimits).
 constexpr size_t kMinReceiveLimit = 1024;
+// Operations refused with -FI_EAGAIN before a retry pass stops (see retryQueued).
+constexpr int kRefusalsPerPass = 8;
 // Operations that wait this long for a slot in the provider's queue are reported (once).
 constexpr uint64_t kWaitingWarnNs = 10ull * 1000000000;
 }  // namespace
@@ -195,20 +197,26 @@ void Device::unqueue(Operation& op) {
 }
 
 void Device::retryQueued(Lane& lane) {
-  while (!lane.waiting.empty() && lane.posted < lane.limit) {
-    Operation& op = *lane.waiting.front();
-    lane.waiting.remove(op);
+  // -FI_EAGAIN can concern one peer only (rxm while it connects to an address that refuses):
+  // an operation refused stays in place and the next ones are tried, a few refusals per pass,
+  // so that one unreachable peer does not hold up every other. Order between operations does
+  // not matter for matching (sequence numbers in the tags).
+  int refusals = 0;
+  Operation* op = lane.waiting.front();
+  while (op != nullptr && lane.posted < lane.limit && refusals < kRefusalsPerPass) {
+    Operation* next = op->nextQueued;
     ssize_t ret = 0;
-    abi::Result result = postNow(op, &ret);
+    abi::Result result = postNow(*op, &ret);
     if (result == abi::kInProgress) {
-      // Still no room: back to the front, order kept.
-      lane.waiting.pushFront(op);
-      break;
+      ++refusals;
+    } else {
+      lane.waiting.remove(*op);
+      if (result != abi::kSuccess) {
+        // The failure belongs to the operation's request; report it there.
+        op->owner->onError(*op, static_cast<int>(-ret), 0, "posting failed");
+      }
     }
-    if (result != abi::kSuccess) {
-      // The failure belongs to the operation's request; report it there.
-      op.owner->onError(op, static_cast<int>(-ret), 0, "posting failed");
-    }
+    op = next;
   }
   checkWaiting(lane);
 }

@@ -28,20 +28,6 @@ class OpQueue {
     ++size_;
   }
 
-  // Puts back an operation just taken from the front.
-  void pushFront(Operation& op) {
-    op.queued = true;
-    op.prevQueued = nullptr;
-    op.nextQueued = head_;
-    if (head_ != nullptr) {
-      head_->prevQueued = &op;
-    } else {
-      tail_ = &op;
-    }
-    head_ = &op;
-    ++size_;
-  }
-
   void remove(Operation& op) {
     if (!op.queued) return;
     if (op.prevQueued != nullptr) {

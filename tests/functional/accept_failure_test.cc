@@ -257,6 +257,74 @@ TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
 // posted its ping receive and its accept message, which the provider keeps retrying): closing
 // the listener then must release that comm through the normal close, return at once, and leave
 // nothing posted that points at it; the device then serves a new listener.
+// A request from an address whose accept message can never be delivered (a closed port) must not
+// hold up the listener: a good connection through the same listener right after it is accepted
+// and moves data while the first one is still stuck; closing the listener then releases it.
+TEST(Accept, AnUnreachableRequesterDoesNotHoldUpTheListenersOtherConnections) {
+  if (testProvider() == "shm") GTEST_SKIP() << "shm has no refused connection to get stuck on";
+  auto prober = [&](Peer& peer) {
+    Handle handle;
+    ASSERT_TRUE(peer.channel->recv(handle.bytes, sizeof(handle.bytes)));
+    core::wire::ListenHandle decoded;
+    memcpy(&decoded, handle.bytes, sizeof(decoded));
+    std::unique_ptr<RawEndpoint> raw;
+    try {
+      raw = std::make_unique<RawEndpoint>();
+    } catch (const std::exception& error) {
+      FAIL() << "raw endpoint: " << error.what();
+    }
+    fi_addr_t listener = FI_ADDR_UNSPEC;
+    ASSERT_EQ(raw->rail().insertAddress(decoded.address, decoded.addressLength, &listener), 0);
+    std::vector<uint8_t> bad = badAddress(raw->rail().address(), BadAddress::kUnreachable);
+    core::wire::ConnectMessage message =
+        core::wire::makeConnectMessage(12345, decoded.listenerId, bad.data(), bad.size());
+    ASSERT_TRUE(raw->sendControl(listener, decoded.listenerId, core::wire::ControlKind::kConnect,
+                                 &message, sizeof(message)));
+    // Then a good connection through the same handle, at once.
+    void* send = nullptr;
+    ASSERT_NO_FATAL_FAILURE(connectTo(peer, &handle, &send));
+    HostBuffer out(kMessage);
+    void *mhandle, *request;
+    fillPattern(out.data(), kMessage, 78);
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, send, out.data(), kMessage, &mhandle));
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, send, out.data(), kMessage, kTag, mhandle, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    dereg(peer, send, mhandle);
+    closeSend(peer, send);
+    peer.channel->finishBarrier(30);
+  };
+  auto listener = [&](Peer& peer) {
+    Handle handle;
+    void* listen = nullptr;
+    ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
+    ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle.bytes)));
+    void* good = nullptr;
+    auto start = std::chrono::steady_clock::now();
+    ASSERT_NO_FATAL_FAILURE(acceptOn(peer, listen, &good));
+    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(sec, 5) << "the good connection waited behind the stuck one";
+    HostBuffer in(kMessage);
+    void *mhandle, *request;
+    fillSentinel(in.data(), kMessage);
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, good, in.data(), kMessage, &mhandle));
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, good, in.data(), kMessage, kTag, mhandle, &request));
+    int size = 0;
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
+    EXPECT_EQ(size, kMessage);
+    EXPECT_TRUE(verifyPattern(in.data(), kMessage, 78));
+    dereg(peer, good, mhandle);
+    closeRecv(peer, good);
+    // The stuck one is still half-built: closing the listener releases it at once.
+    start = std::chrono::steady_clock::now();
+    closeListen(peer, listen);
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(ms, 100) << "closing a listener with a stuck accept waited";
+    peer.channel->finishBarrier(30);
+  };
+  runTwoProcesses(prober, listener, 120);
+}
+
 TEST(Close, ClosingAListenerWithAStuckAcceptReleasesTheHalfBuiltComm) {
   if (testProvider() == "shm") GTEST_SKIP() << "shm has no refused connection to get stuck on";
   auto prober = [&](Peer& peer) {

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "support/shm_cleanup.h"
+
 namespace {
 
 constexpr int kOptCudaApiPermitted = 10;
@@ -82,6 +84,7 @@ bool runChildren(int n, const std::function<void(int, int)>& body) {
   for (pid_t pid : pids) {
     int status = 0;
     waitpid(pid, &status, 0);
+    nnf::test::removeSharedMemoryOf(pid);
     ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
   return ok;

@@ -17,6 +17,8 @@
 #include <memory>
 #include <thread>
 
+#include "support/shm_cleanup.h"
+
 namespace nnf::test {
 namespace {
 
@@ -63,6 +65,7 @@ void waitAll(std::vector<Child>& children, double timeoutSec) {
       if (!child.running) continue;
       if (waitpid(child.pid, &child.status, WNOHANG) == child.pid) {
         child.running = false;
+        removeSharedMemoryOf(child.pid);
       } else {
         anyRunning = true;
       }
@@ -73,6 +76,7 @@ void waitAll(std::vector<Child>& children, double timeoutSec) {
         if (!child.running) continue;
         kill(child.pid, SIGKILL);
         waitpid(child.pid, &child.status, 0);
+        removeSharedMemoryOf(child.pid);
         child.running = false;
         child.reported = true;
         ADD_FAILURE() << "the " << child.role << " process (pid " << child.pid

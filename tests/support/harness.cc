@@ -1,4 +1,5 @@
 #include "support/harness.h"
+#include "support/shm_cleanup.h"
 #include "support/test_env.h"
 
 #include <net/if.h>
@@ -127,6 +128,7 @@ bool waitChildren(std::vector<Child>& children, double timeoutSec) {
       pid_t done = waitpid(child.pid, &child.status, WNOHANG);
       if (done == child.pid) {
         child.running = false;
+        removeSharedMemoryOf(child.pid);
         if (!WIFEXITED(child.status) || WEXITSTATUS(child.status) != 0) {
           if (!anyFailed) {
             auto grace = Clock::now() + std::chrono::seconds(15);
@@ -144,6 +146,7 @@ bool waitChildren(std::vector<Child>& children, double timeoutSec) {
         if (!child.running) continue;
         kill(child.pid, SIGKILL);
         waitpid(child.pid, &child.status, 0);
+        removeSharedMemoryOf(child.pid);
         child.running = false;
         ADD_FAILURE() << "the " << child.role << " process (pid " << child.pid
                       << ") did not finish in time and was killed"
@@ -362,10 +365,12 @@ int runOneProcessRaw(const Body& body, double timeoutSec) {
     if (secondsLeft(deadline) <= 0) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
+      removeSharedMemoryOf(pid);
       return -1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  removeSharedMemoryOf(pid);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -3;
 }

@@ -24,8 +24,8 @@ bool RequestPool::grow() {
   static_assert(std::is_trivially_destructible_v<Request> &&
                 std::is_trivially_destructible_v<Operation>);
   if (created_ >= capacity_) return false;
-  size_t count = std::min(kChunk, capacity_ - created_);
-  std::unique_ptr<uint8_t[]> chunk(new (std::nothrow) uint8_t[kChunk * stride_]);
+  size_t count = std::min(chunks_.empty() ? kFirstChunk : kChunk, capacity_ - created_);
+  std::unique_ptr<uint8_t[]> chunk(new (std::nothrow) uint8_t[count * stride_]);
   if (!chunk) return false;
   free_.reserve(created_ + count);
   // Hand out low addresses first: friendlier to caches and to reading traces.
@@ -41,7 +41,7 @@ bool RequestPool::grow() {
     }
     free_.push_back(request);
   }
-  chunks_.push_back(std::move(chunk));
+  chunks_.push_back({std::move(chunk), count});
   created_ += count;
   return true;
 }

@@ -83,24 +83,28 @@ class RequestPool {
   size_t inUse() const { return created_ - free_.size(); }
   template <typename Visit>
   void forEach(Visit&& visit) {
-    size_t left = created_;
-    for (auto& chunk : chunks_) {
-      for (size_t i = 0; i < kChunk && i < left; ++i) {
-        visit(*reinterpret_cast<Request*>(chunk.get() + i * stride_));
+    for (Chunk& chunk : chunks_) {
+      for (size_t i = 0; i < chunk.count; ++i) {
+        visit(*reinterpret_cast<Request*>(chunk.memory.get() + i * stride_));
       }
-      left -= std::min(left, kChunk);
     }
   }
 
  private:
+  // A comm's first chunk is small (most comms have a few requests in flight), later ones larger.
+  static constexpr size_t kFirstChunk = 8;
   static constexpr size_t kChunk = 32;
+  struct Chunk {
+    std::unique_ptr<uint8_t[]> memory;
+    size_t count;
+  };
   bool grow();
 
   DataComm* comm_;
   size_t capacity_;
   OpPool* ops_;
   size_t stride_;  // a request, then its inline operation where it has one
-  std::vector<std::unique_ptr<uint8_t[]>> chunks_;
+  std::vector<Chunk> chunks_;
   size_t created_ = 0;
   std::vector<Request*> free_;
 };

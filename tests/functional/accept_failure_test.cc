@@ -253,10 +253,31 @@ TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
   runTwoProcesses(prober, listener, 120);
 }
 
-// A request from an unreachable address leaves accept half-way (on tcp/efa the receive comm has
-// posted its ping receive and its accept message, which the provider keeps retrying): closing
-// the listener then must release that comm through the normal close, return at once, and leave
-// nothing posted that points at it; the device then serves a new listener.
+// The prober's half of a stuck accept: a raw endpoint sends the listener of `handle` a connect
+// message naming an address whose accept message can never be delivered (a closed port).
+struct UnreachableRequest {
+  core::wire::ListenHandle decoded;
+  std::unique_ptr<RawEndpoint> raw;
+  fi_addr_t listener = FI_ADDR_UNSPEC;
+};
+
+void sendUnreachableRequest(const Handle& handle, UnreachableRequest* out) {
+  memcpy(&out->decoded, handle.bytes, sizeof(out->decoded));
+  try {
+    out->raw = std::make_unique<RawEndpoint>();
+  } catch (const std::exception& error) {
+    FAIL() << "raw endpoint: " << error.what();
+  }
+  const core::wire::ListenHandle& decoded = out->decoded;
+  ASSERT_EQ(out->raw->rail().insertAddress(decoded.address, decoded.addressLength, &out->listener),
+            0);
+  std::vector<uint8_t> bad = badAddress(out->raw->rail().address(), BadAddress::kUnreachable);
+  core::wire::ConnectMessage message =
+      core::wire::makeConnectMessage(12345, decoded.listenerId, bad.data(), bad.size());
+  ASSERT_TRUE(out->raw->sendControl(out->listener, decoded.listenerId,
+                                    core::wire::ControlKind::kConnect, &message, sizeof(message)));
+}
+
 // A request from an address whose accept message can never be delivered (a closed port) must not
 // hold up the listener: a good connection through the same listener right after it is accepted
 // and moves data while the first one is still stuck; closing the listener then releases it.
@@ -265,21 +286,8 @@ TEST(Accept, AnUnreachableRequesterDoesNotHoldUpTheListenersOtherConnections) {
   auto prober = [&](Peer& peer) {
     Handle handle;
     ASSERT_TRUE(peer.channel->recv(handle.bytes, sizeof(handle.bytes)));
-    core::wire::ListenHandle decoded;
-    memcpy(&decoded, handle.bytes, sizeof(decoded));
-    std::unique_ptr<RawEndpoint> raw;
-    try {
-      raw = std::make_unique<RawEndpoint>();
-    } catch (const std::exception& error) {
-      FAIL() << "raw endpoint: " << error.what();
-    }
-    fi_addr_t listener = FI_ADDR_UNSPEC;
-    ASSERT_EQ(raw->rail().insertAddress(decoded.address, decoded.addressLength, &listener), 0);
-    std::vector<uint8_t> bad = badAddress(raw->rail().address(), BadAddress::kUnreachable);
-    core::wire::ConnectMessage message =
-        core::wire::makeConnectMessage(12345, decoded.listenerId, bad.data(), bad.size());
-    ASSERT_TRUE(raw->sendControl(listener, decoded.listenerId, core::wire::ControlKind::kConnect,
-                                 &message, sizeof(message)));
+    UnreachableRequest stuck;
+    ASSERT_NO_FATAL_FAILURE(sendUnreachableRequest(handle, &stuck));
     // Then a good connection through the same handle, at once.
     void* send = nullptr;
     ASSERT_NO_FATAL_FAILURE(connectTo(peer, &handle, &send));
@@ -325,30 +333,23 @@ TEST(Accept, AnUnreachableRequesterDoesNotHoldUpTheListenersOtherConnections) {
   runTwoProcesses(prober, listener, 120);
 }
 
+// A request from an unreachable address leaves accept half-way (on tcp/efa the receive comm's
+// accept message is retried by the provider): closing the listener then must release that comm
+// through the normal close, return at once, and leave nothing posted that points at it; the
+// device then serves a new listener.
 TEST(Close, ClosingAListenerWithAStuckAcceptReleasesTheHalfBuiltComm) {
   if (testProvider() == "shm") GTEST_SKIP() << "shm has no refused connection to get stuck on";
   auto prober = [&](Peer& peer) {
     Handle handle;
     ASSERT_TRUE(peer.channel->recv(handle.bytes, sizeof(handle.bytes)));
-    core::wire::ListenHandle decoded;
-    memcpy(&decoded, handle.bytes, sizeof(decoded));
-    std::unique_ptr<RawEndpoint> raw;
-    try {
-      raw = std::make_unique<RawEndpoint>();
-    } catch (const std::exception& error) {
-      FAIL() << "raw endpoint: " << error.what();
-    }
-    fi_addr_t listener = FI_ADDR_UNSPEC;
-    ASSERT_EQ(raw->rail().insertAddress(decoded.address, decoded.addressLength, &listener), 0);
-    std::vector<uint8_t> bad = badAddress(raw->rail().address(), BadAddress::kUnreachable);
-    core::wire::ConnectMessage message =
-        core::wire::makeConnectMessage(12345, decoded.listenerId, bad.data(), bad.size());
-    ASSERT_TRUE(raw->sendControl(listener, decoded.listenerId, core::wire::ControlKind::kConnect,
-                                 &message, sizeof(message)));
-    ASSERT_TRUE(peer.channel->wait());     // the listener is closed
-    uint32_t id = decoded.listenerId + 1;  // the half-built comm, created right after
-    ASSERT_TRUE(raw->sendControl(listener, id, core::wire::ControlKind::kPing, nullptr, 0));
-    ASSERT_TRUE(raw->send(listener, nullptr, 0, core::tags::data(id, 0, kTag)));
+    UnreachableRequest stuck;
+    ASSERT_NO_FATAL_FAILURE(sendUnreachableRequest(handle, &stuck));
+    ASSERT_TRUE(peer.channel->wait());  // the listener is closed
+    // The half-built comm, created right after the listener.
+    uint32_t id = stuck.decoded.listenerId + 1;
+    ASSERT_TRUE(
+        stuck.raw->sendControl(stuck.listener, id, core::wire::ControlKind::kPing, nullptr, 0));
+    ASSERT_TRUE(stuck.raw->send(stuck.listener, nullptr, 0, core::tags::data(id, 0, kTag)));
     HostBuffer out(kMessage);
     void* send = nullptr;
     ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &send));

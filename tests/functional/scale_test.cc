@@ -80,6 +80,23 @@ void checkBounds(const Figures& f) {
   EXPECT_LE(f.fdsOpen - f.fdsBefore, 8) << "file descriptors grow with the number of comms";
 }
 
+// Calls `step(c, &comms[c])` round-robin over every comm not open yet, all pending at once as
+// NCCL's proxy polls them, until every one is open (60 s at most).
+template <typename Step>
+void openAll(std::vector<void*>* comms, const char* what, Step step) {
+  const int n = static_cast<int>(comms->size());
+  int open = 0;
+  Deadline deadline(60);
+  while (open < n) {
+    for (int c = 0; c < n; ++c) {
+      if ((*comms)[c] != nullptr) continue;
+      ASSERT_EQ(step(c, &(*comms)[c]), abi::kSuccess) << what << " " << c;
+      open += (*comms)[c] != nullptr;
+    }
+    ASSERT_FALSE(deadline.expired()) << open << " of " << n << " " << what;
+  }
+}
+
 TEST(Scale, TenThousandCommPairsOpenAtOnce) {
   const int n = scaleComms();
   auto sender = [&](Peer& peer) {
@@ -92,18 +109,10 @@ TEST(Scale, TenThousandCommPairsOpenAtOnce) {
     const size_t rssBefore = residentBytes();
     auto start = Clock::now();
     std::vector<void*> comms(n, nullptr);
-    int open = 0;
-    Deadline deadline(60);
-    while (open < n) {
-      for (int c = 0; c < n; ++c) {
-        if (comms[c] != nullptr) continue;
-        abi::NetDeviceHandleV8* devComm = nullptr;
-        ASSERT_EQ(peer.net->connect(peer.dev, handles[c].bytes, &comms[c], &devComm), abi::kSuccess)
-            << "connect " << c;
-        open += comms[c] != nullptr;
-      }
-      ASSERT_FALSE(deadline.expired()) << open << " of " << n << " connected";
-    }
+    ASSERT_NO_FATAL_FAILURE(openAll(&comms, "connected", [&](int c, void** comm) {
+      abi::NetDeviceHandleV8* devComm = nullptr;
+      return peer.net->connect(peer.dev, handles[c].bytes, comm, &devComm);
+    }));
     f.setupSec = secondsSince(start);
     ASSERT_TRUE(peer.channel->wait());  // the receiver has posted its receives
     start = Clock::now();
@@ -142,17 +151,10 @@ TEST(Scale, TenThousandCommPairsOpenAtOnce) {
     std::vector<void*> listens(n), comms(n, nullptr);
     for (int c = 0; c < n; ++c) ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handles[c], &listens[c]));
     for (Handle& handle : handles) ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle)));
-    int open = 0;
-    Deadline deadline(60);
-    while (open < n) {
-      for (int c = 0; c < n; ++c) {
-        if (comms[c] != nullptr) continue;
-        abi::NetDeviceHandleV8* devComm = nullptr;
-        ASSERT_EQ(peer.net->accept(listens[c], &comms[c], &devComm), abi::kSuccess);
-        open += comms[c] != nullptr;
-      }
-      ASSERT_FALSE(deadline.expired()) << open << " of " << n << " accepted";
-    }
+    ASSERT_NO_FATAL_FAILURE(openAll(&comms, "accepted", [&](int c, void** comm) {
+      abi::NetDeviceHandleV8* devComm = nullptr;
+      return peer.net->accept(listens[c], comm, &devComm);
+    }));
     f.setupSec = secondsSince(start);
     start = Clock::now();
     void* mhandle = nullptr;

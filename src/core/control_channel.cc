@@ -67,23 +67,23 @@ void ControlChannel::repost(Entry& entry) {
 }
 
 void ControlChannel::onComplete(Operation& op, size_t length) {
-  Entry& entry = *entryOf(op);
+  Entry& entry = *recordOf<Entry>(op);
   wire::ControlHeader header;
   std::string reason;
   if (!wire::decodeControlHeader(entry.slot.data, length, &header, &reason)) {
-    ++dropped_;
     NNF_WARN("device %d: dropped a control message: %s", device_.index(), reason.c_str());
   } else if (Comm* comm = device_.findComm(header.commId); comm != nullptr && !comm->closed()) {
     comm->onControlMessage(static_cast<wire::ControlKind>(header.kind),
                            entry.slot.data + sizeof(header), header.length);
   } else {
-    ++dropped_;
+    NNF_TRACE("device %d: dropped a control message for comm %u, not open", device_.index(),
+              header.commId);
   }
   repost(entry);
 }
 
 void ControlChannel::onError(Operation& op, int error, size_t overflow, const char* text) {
-  Entry& entry = *entryOf(op);
+  Entry& entry = *recordOf<Entry>(op);
   if (error == FI_ECANCELED) return;  // the device is closing
   if (error == FI_ETRUNC) {
     NNF_WARN("device %d: dropped a control message of more than %zu bytes", device_.index(),

@@ -15,7 +15,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <type_traits>
 #include <vector>
 
 #include "abi/nccl_abi.h"
@@ -40,15 +39,11 @@ class ControlChannel final : public OperationOwner {
   // Posts the ring (device lock held). False, logged, when a buffer or a receive cannot be had;
   // calling it again posts what is missing.
   bool start();
-  size_t receives() const { return entries_.size(); }
   // Writes header and payload into `buffer` (kMaxPayload + header bytes, registered with `desc`
   // where the provider needs it: a comm's control slot) and posts `op` as a control send to
   // comm `remoteId` of the peer. The buffer must stay until the send completes.
   abi::Result send(Operation& op, uint8_t* buffer, void* desc, fi_addr_t peer, uint32_t remoteId,
                    wire::ControlKind kind, const void* payload, size_t length);
-  // Messages dropped because no open comm had their id (late pings, a closed listener's
-  // connection requests).
-  uint64_t dropped() const { return dropped_; }
 
   void onComplete(Operation& op, size_t length) override;
   void onError(Operation& op, int error, size_t overflow, const char* text) override;
@@ -58,15 +53,10 @@ class ControlChannel final : public OperationOwner {
     Operation op;  // first: its context leads back to the entry
     ControlSlot slot;
   };
-  static Entry* entryOf(Operation& op) {
-    static_assert(std::is_standard_layout_v<Entry> && offsetof(Entry, op) == 0);
-    return reinterpret_cast<Entry*>(&op);
-  }
   void repost(Entry& entry);
 
   Device& device_;
   std::vector<std::unique_ptr<Entry>> entries_;
-  uint64_t dropped_ = 0;
   bool warned_ = false;
 };
 

@@ -103,7 +103,7 @@ void DrainPool::repost(Entry* entry) {
 }
 
 void DrainPool::onComplete(Operation& op, size_t length) {
-  Entry* entry = entryOf(op);
+  Entry* entry = recordOf<Entry>(op);
   if (bulk_ != nullptr && length > kReleaseAbove) {
     madvise(bulk_, std::min(length, bulkBytes_), MADV_DONTNEED);
   }
@@ -116,7 +116,7 @@ void DrainPool::onComplete(Operation& op, size_t length) {
 }
 
 void DrainPool::onError(Operation& op, int error, size_t /*overflow*/, const char* /*text*/) {
-  Entry* entry = entryOf(op);
+  Entry* entry = recordOf<Entry>(op);
   if (!entry->active) {
     free(entry);
     return;

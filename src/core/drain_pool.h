@@ -61,10 +61,6 @@ class DrainPool final : public OperationOwner {
     uint32_t id = 0;
     bool active = true;  // false: cancelled, waiting for the provider to give it back
   };
-  static Entry* entryOf(Operation& op) {
-    static_assert(std::is_standard_layout_v<Entry> && offsetof(Entry, op) == 0);
-    return reinterpret_cast<Entry*>(&op);
-  }
   void stop(Entry* entry);
   void repost(Entry* entry);
   void free(Entry* entry);

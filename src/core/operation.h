@@ -60,7 +60,7 @@ struct Operation {
   uint64_t ignore = 0;         // kRecv: tag bits that need not match (drain receives)
   uint64_t remoteAddress = 0;  // kRead: source address and key at the peer
   uint64_t remoteKey = 0;
-  size_t transferred = 0;  // bytes moved, once completed (what test() reports)
+  size_t transferred = 0;           // bytes moved, once completed (what test() reports)
   Operation* nextQueued = nullptr;  // OpQueue links
   Operation* prevQueued = nullptr;
 
@@ -68,5 +68,13 @@ struct Operation {
 };
 static_assert(std::is_standard_layout_v<Operation>);
 static_assert(offsetof(Operation, context) == 0);
+
+// The record an operation is the first member of (the device's own receives keep their buffer
+// beside the operation), found from the operation a completion names.
+template <typename Record>
+Record* recordOf(Operation& op) {
+  static_assert(std::is_standard_layout_v<Record> && offsetof(Record, op) == 0);
+  return reinterpret_cast<Record*>(&op);
+}
 
 }  // namespace nnf::core

@@ -52,8 +52,7 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
                                                          domainLock_, rail_->endpoint());
   controlArena_ =
       std::make_unique<ControlArena>(rail_->needsLocalRegistration() ? registrar_.get() : nullptr);
-  // The control ring and the drains keep a share of the receive queue; data takes the rest.
-  size_t controlReceives = kControlReceives;
+  // The control ring and the drains are posted receives too: they count in the receive lane.
   size_t drainedIds = kDrainedIds;
   if (!platform::wildcardReceivesSafe(platform::familyOf(provider_), fi_version())) {
     drainedIds = 0;
@@ -62,8 +61,8 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
              "mismatches messages after a wildcard receive); they stay with the provider",
              properties_.name.c_str());
   }
-  setLimits(leader, controlReceives + drainedIds);
-  controlChannel_ = std::make_unique<ControlChannel>(*this, controlReceives);
+  setLimits(leader, kControlReceives + drainedIds);
+  controlChannel_ = std::make_unique<ControlChannel>(*this, kControlReceives);
   groupOps_ = std::make_unique<OpPool>(static_cast<size_t>(std::max(properties_.maxRecvs, 1)));
   // shm hangs on a truncated message above 4 KiB: its drains take whole messages.
   drains_ = std::make_unique<DrainPool>(*this, drainedIds,
@@ -85,7 +84,7 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
   }
 }
 
-void Device::setLimits(const fi_info* leader, size_t reservedReceives) {
+void Device::setLimits(const fi_info* leader, size_t ownReceives) {
   // Without a stated size the provider's -FI_EAGAIN is the only limit.
   constexpr size_t kUnbounded = ~size_t{0};
   rx_.limit =
@@ -96,9 +95,9 @@ void Device::setLimits(const fi_info* leader, size_t reservedReceives) {
   tx_.limit =
       leader->tx_attr != nullptr && leader->tx_attr->size > 0 ? leader->tx_attr->size : kUnbounded;
   NNF_INFO(abi::kLogSubsysInit,
-           "%s: provider queues: %zu receives (%zu kept for control and drains), %zu sends; "
-           "more wait in the plugin",
-           properties_.name.c_str(), rx_.limit, std::min(reservedReceives, rx_.limit), tx_.limit);
+           "%s: provider queues: %zu receives (%zu of them control and drain receives), %zu "
+           "sends; more wait in the plugin",
+           properties_.name.c_str(), rx_.limit, ownReceives, tx_.limit);
 }
 
 void Device::openRail(const fi_info* leader, bool readFlush) {

@@ -129,11 +129,6 @@ class Device {
   ControlChannel& controlChannel() { return *controlChannel_; }
   // Operations of grouped receives, in blocks of maxRecvs (single operations travel inline).
   OpPool& groupOps() { return *groupOps_; }
-  // Operations handed to the provider and not completed yet, and those waiting in the plugin.
-  size_t receivesPosted() const { return rx_.posted; }
-  size_t sendsPosted() const { return tx_.posted; }
-  size_t receivesWaiting() const { return rx_.waiting.size(); }
-  size_t sendsWaiting() const { return tx_.waiting.size(); }
 
   // Address vector entry for a peer endpoint, inserted once per distinct address.
   int peerAddress(const uint8_t* address, size_t length, fi_addr_t* out);
@@ -166,7 +161,8 @@ class Device {
   }
   void retryQueued(Lane& lane);
   void checkWaiting(Lane& lane);
-  void setLimits(const fi_info* leader, size_t reservedReceives);
+  // `ownReceives`: the control and drain receives, which count in the receive lane too.
+  void setLimits(const fi_info* leader, size_t ownReceives);
   void reapClosed();
   void destroyComm(Comm& comm);
   abi::Result postNow(Operation& op, ssize_t* ret);

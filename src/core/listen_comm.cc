@@ -28,14 +28,15 @@ void ListenComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, s
 abi::Result ListenComm::accept(RecvComm** out) {
   *out = nullptr;
   abi::Result result = abi::kSuccess;
-  for (const wire::ConnectMessage& message : pending_) {
+  size_t started = 0;
+  for (; started < pending_.size(); ++started) {
     RecvComm* comm =
         device().createComm<RecvComm>(static_cast<size_t>(device().properties().maxRecvs));
-    if (comm == nullptr) {
+    if (comm == nullptr) {  // logged; the requests left wait for the next call
       result = abi::kSystemError;
       break;
     }
-    if (comm->start(message) != abi::kSuccess) {
+    if (comm->start(pending_[started]) != abi::kSuccess) {
       // Through the normal close: start() may have posted a send that points into the comm.
       device().closeComm(*comm);
       result = abi::kSystemError;
@@ -43,16 +44,18 @@ abi::Result ListenComm::accept(RecvComm** out) {
     }
     accepting_.push_back(comm);
   }
-  pending_.clear();
-  for (size_t i = 0; i < accepting_.size(); ++i) {
-    RecvComm* comm = accepting_[i];
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(started));
+  for (auto it = accepting_.begin(); it != accepting_.end();) {
+    RecvComm* comm = *it;
     if (comm->failed()) {
       device().closeComm(*comm);
-      accepting_.erase(accepting_.begin() + static_cast<ptrdiff_t>(i--));
+      it = accepting_.erase(it);
       if (result == abi::kSuccess) result = abi::kRemoteError;
     } else if (comm->ready() && *out == nullptr && result == abi::kSuccess) {
       *out = comm;
-      accepting_.erase(accepting_.begin() + static_cast<ptrdiff_t>(i--));
+      it = accepting_.erase(it);
+    } else {
+      ++it;
     }
   }
   return result;

@@ -140,6 +140,32 @@ class RawEndpoint {
   void* desc_ = nullptr;
 };
 
+// One message of kMessage bytes carrying pattern `message` from a fresh buffer, sent and
+// completed on `send`.
+void sendPattern(Peer& peer, void* send, uint64_t message) {
+  HostBuffer out(kMessage);
+  void *mhandle, *request;
+  fillPattern(out.data(), kMessage, message);
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, send, out.data(), kMessage, &mhandle));
+  ASSERT_NO_FATAL_FAILURE(postSend(peer, send, out.data(), kMessage, kTag, mhandle, &request));
+  ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+  dereg(peer, send, mhandle);
+}
+
+// Receives that message on `recv` and checks its size and every byte.
+void receivePattern(Peer& peer, void* recv, uint64_t message) {
+  HostBuffer in(kMessage);
+  void *mhandle, *request;
+  fillSentinel(in.data(), kMessage);
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, recv, in.data(), kMessage, &mhandle));
+  ASSERT_NO_FATAL_FAILURE(postRecv(peer, recv, in.data(), kMessage, kTag, mhandle, &request));
+  int size = 0;
+  ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
+  EXPECT_EQ(size, kMessage);
+  EXPECT_TRUE(verifyPattern(in.data(), kMessage, message));
+  dereg(peer, recv, mhandle);
+}
+
 TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
   // Not kUnreachable: with libfabric 1.17, tcp and efa (rxm over tcp) retry a refused connection
   // every 2 s without ever failing the accept message, and shm did not fail it within 30 s
@@ -181,7 +207,6 @@ TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
     }
     fi_addr_t listener = FI_ADDR_UNSPEC;
     ASSERT_EQ(raw->rail().insertAddress(decoded.address, decoded.addressLength, &listener), 0);
-    HostBuffer out(kMessage);
     for (const BadAddress& kind : kinds) {
       SCOPED_TRACE(static_cast<int>(kind));
       std::vector<uint8_t> bad = badAddress(raw->rail().address(), kind);
@@ -201,13 +226,8 @@ TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
       Handle fresh = handle;
       void* send = nullptr;
       ASSERT_NO_FATAL_FAILURE(connectTo(peer, &fresh, &send));
-      void *mhandle, *request;
-      fillPattern(out.data(), kMessage, 40 + static_cast<int>(kind));
-      ASSERT_NO_FATAL_FAILURE(regHost(peer, send, out.data(), kMessage, &mhandle));
-      ASSERT_NO_FATAL_FAILURE(postSend(peer, send, out.data(), kMessage, kTag, mhandle, &request));
-      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+      ASSERT_NO_FATAL_FAILURE(sendPattern(peer, send, 40 + static_cast<int>(kind)));
       ASSERT_TRUE(peer.channel->wait());  // received and checked
-      dereg(peer, send, mhandle);
       closeSend(peer, send);
     }
     peer.channel->finishBarrier(30);
@@ -217,7 +237,6 @@ TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
     void* listen = nullptr;
     ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
     ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle.bytes)));
-    HostBuffer in(kMessage);
     for (BadAddress kind : kinds) {
       SCOPED_TRACE(static_cast<int>(kind));
       // accept drives the device: the prober's raw endpoint needs it to get its request in.
@@ -235,16 +254,8 @@ TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
       ASSERT_TRUE(peer.channel->signal());
       void* good = nullptr;
       ASSERT_NO_FATAL_FAILURE(acceptOn(peer, listen, &good));
-      void *mhandle, *request;
-      fillSentinel(in.data(), kMessage);
-      ASSERT_NO_FATAL_FAILURE(regHost(peer, good, in.data(), kMessage, &mhandle));
-      ASSERT_NO_FATAL_FAILURE(postRecv(peer, good, in.data(), kMessage, kTag, mhandle, &request));
-      int size = 0;
-      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
-      EXPECT_EQ(size, kMessage);
-      EXPECT_TRUE(verifyPattern(in.data(), kMessage, 40 + static_cast<int>(kind)));
+      ASSERT_NO_FATAL_FAILURE(receivePattern(peer, good, 40 + static_cast<int>(kind)));
       ASSERT_TRUE(peer.channel->signal());
-      dereg(peer, good, mhandle);
       closeRecv(peer, good);
     }
     closeListen(peer, listen);
@@ -291,13 +302,7 @@ TEST(Accept, AnUnreachableRequesterDoesNotHoldUpTheListenersOtherConnections) {
     // Then a good connection through the same handle, at once.
     void* send = nullptr;
     ASSERT_NO_FATAL_FAILURE(connectTo(peer, &handle, &send));
-    HostBuffer out(kMessage);
-    void *mhandle, *request;
-    fillPattern(out.data(), kMessage, 78);
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, send, out.data(), kMessage, &mhandle));
-    ASSERT_NO_FATAL_FAILURE(postSend(peer, send, out.data(), kMessage, kTag, mhandle, &request));
-    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
-    dereg(peer, send, mhandle);
+    ASSERT_NO_FATAL_FAILURE(sendPattern(peer, send, 78));
     closeSend(peer, send);
     peer.channel->finishBarrier(30);
   };
@@ -311,16 +316,7 @@ TEST(Accept, AnUnreachableRequesterDoesNotHoldUpTheListenersOtherConnections) {
     ASSERT_NO_FATAL_FAILURE(acceptOn(peer, listen, &good));
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_LT(sec, 5) << "the good connection waited behind the stuck one";
-    HostBuffer in(kMessage);
-    void *mhandle, *request;
-    fillSentinel(in.data(), kMessage);
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, good, in.data(), kMessage, &mhandle));
-    ASSERT_NO_FATAL_FAILURE(postRecv(peer, good, in.data(), kMessage, kTag, mhandle, &request));
-    int size = 0;
-    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
-    EXPECT_EQ(size, kMessage);
-    EXPECT_TRUE(verifyPattern(in.data(), kMessage, 78));
-    dereg(peer, good, mhandle);
+    ASSERT_NO_FATAL_FAILURE(receivePattern(peer, good, 78));
     closeRecv(peer, good);
     // The stuck one is still half-built: closing the listener releases it at once.
     start = std::chrono::steady_clock::now();
@@ -350,15 +346,9 @@ TEST(Close, ClosingAListenerWithAStuckAcceptReleasesTheHalfBuiltComm) {
     ASSERT_TRUE(
         stuck.raw->sendControl(stuck.listener, id, core::wire::ControlKind::kPing, nullptr, 0));
     ASSERT_TRUE(stuck.raw->send(stuck.listener, nullptr, 0, core::tags::data(id, 0, kTag)));
-    HostBuffer out(kMessage);
     void* send = nullptr;
     ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &send));
-    void *mhandle, *request;
-    fillPattern(out.data(), kMessage, 77);
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, send, out.data(), kMessage, &mhandle));
-    ASSERT_NO_FATAL_FAILURE(postSend(peer, send, out.data(), kMessage, kTag, mhandle, &request));
-    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
-    dereg(peer, send, mhandle);
+    ASSERT_NO_FATAL_FAILURE(sendPattern(peer, send, 77));
     closeSend(peer, send);
     peer.channel->finishBarrier(30);
   };
@@ -383,16 +373,7 @@ TEST(Close, ClosingAListenerWithAStuckAcceptReleasesTheHalfBuiltComm) {
     ASSERT_TRUE(peer.channel->signal());
     void* good = nullptr;
     ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &good));
-    HostBuffer in(kMessage);
-    void *mhandle, *request;
-    fillSentinel(in.data(), kMessage);
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, good, in.data(), kMessage, &mhandle));
-    ASSERT_NO_FATAL_FAILURE(postRecv(peer, good, in.data(), kMessage, kTag, mhandle, &request));
-    int size = 0;
-    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
-    EXPECT_EQ(size, kMessage);
-    EXPECT_TRUE(verifyPattern(in.data(), kMessage, 77));
-    dereg(peer, good, mhandle);
+    ASSERT_NO_FATAL_FAILURE(receivePattern(peer, good, 77));
     closeRecv(peer, good);
     closeListen(peer, listen);
     peer.channel->finishBarrier(30);

@@ -12,8 +12,9 @@ ControlArena::~ControlArena() = default;
 
 bool ControlArena::acquire(ControlSlot* out) {
   if (free_.empty()) {
+    // Not zeroed: the pages of slots never used are never touched (rdma rings are 8 KiB a comm).
     Chunk chunk;
-    chunk.memory.reset(new (std::nothrow) uint8_t[kSlotsPerChunk * ControlSlot::kSize]());
+    chunk.memory.reset(new (std::nothrow) uint8_t[kSlotsPerChunk * slotSize_]);
     if (!chunk.memory) {
       NNF_WARN("out of memory for connection set-up buffers");
       return false;
@@ -21,13 +22,15 @@ bool ControlArena::acquire(ControlSlot* out) {
     if (registrar_ != nullptr) {
       memory::Region region;
       region.base = chunk.memory.get();
-      region.length = kSlotsPerChunk * ControlSlot::kSize;
-      region.access = FI_SEND | FI_RECV;
+      region.length = kSlotsPerChunk * slotSize_;
+      region.access = access_;
       // The registrar logs a refusal with the provider's error text.
       if (registrar_->registerLocked(region, &chunk.registration) != 0) return false;
     }
     for (size_t i = kSlotsPerChunk; i-- > 0;) {
-      free_.push_back({chunk.memory.get() + i * ControlSlot::kSize, chunk.registration.desc});
+      uint8_t* data = chunk.memory.get() + i * slotSize_;
+      uint64_t remote = registrar_ != nullptr ? chunk.registration.remoteAddress(data) : 0;
+      free_.push_back({data, chunk.registration.desc, remote, chunk.registration.key});
     }
     chunks_.push_back(std::move(chunk));
   }

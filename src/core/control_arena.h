@@ -1,6 +1,8 @@
 // Buffers for connection set-up messages. Providers with FI_MR_LOCAL (EFA) want a descriptor
 // for every buffer they touch, control messages included; registering each comm's few bytes
 // would cost one registration per comm, so they come as slots of larger registered chunks.
+// The rdma protocol takes its descriptor rings from a second arena of larger slots that peers
+// write into (registered always, with remote write access).
 #pragma once
 
 #include <cstddef>
@@ -8,21 +10,27 @@
 #include <memory>
 #include <vector>
 
+#include <rdma/fabric.h>
+
 #include "memory/fabric_registrar.h"
 #include "memory/region.h"
 
 namespace nnf::core {
 
 struct ControlSlot {
-  static constexpr size_t kSize = 256;
+  static constexpr size_t kSize = 256;  // the control arena's slots
   uint8_t* data = nullptr;
-  void* desc = nullptr;  // null where the provider needs no descriptor
+  void* desc = nullptr;        // null where the provider needs no descriptor
+  uint64_t remoteAddress = 0;  // what a peer writes to (arenas registered for remote access)
+  uint64_t key = 0;
 };
 
 class ControlArena {
  public:
   // `registrar` null: the provider takes host buffers without descriptors, nothing is registered.
-  explicit ControlArena(memory::FabricRegistrar* registrar) : registrar_(registrar) {}
+  explicit ControlArena(memory::FabricRegistrar* registrar, size_t slotSize = ControlSlot::kSize,
+                        uint64_t access = FI_SEND | FI_RECV)
+      : registrar_(registrar), slotSize_(slotSize), access_(access) {}
   ~ControlArena();
   ControlArena(const ControlArena&) = delete;
   ControlArena& operator=(const ControlArena&) = delete;
@@ -41,6 +49,8 @@ class ControlArena {
     memory::Registration registration;
   };
   memory::FabricRegistrar* registrar_;
+  size_t slotSize_;
+  uint64_t access_;
   std::vector<Chunk> chunks_;
   std::vector<ControlSlot> free_;
 };

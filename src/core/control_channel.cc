@@ -66,13 +66,22 @@ void ControlChannel::repost(Entry& entry) {
   NNF_WARN("device %d: a control receive could not be posted again", device_.index());
 }
 
+namespace {
+// What a closing comm still needs to hear: the two ends of the rdma protocol's close handshake.
+bool closingKind(uint32_t kind) {
+  return kind == static_cast<uint32_t>(wire::ControlKind::kClosed) ||
+         kind == static_cast<uint32_t>(wire::ControlKind::kClosedAck);
+}
+}  // namespace
+
 void ControlChannel::onComplete(Operation& op, size_t length) {
   Entry& entry = *recordOf<Entry>(op);
   wire::ControlHeader header;
   std::string reason;
   if (!wire::decodeControlHeader(entry.slot.data, length, &header, &reason)) {
     NNF_WARN("device %d: dropped a control message: %s", device_.index(), reason.c_str());
-  } else if (Comm* comm = device_.findComm(header.commId); comm != nullptr && !comm->closed()) {
+  } else if (Comm* comm = device_.findComm(header.commId);
+             comm != nullptr && (!comm->closed() || closingKind(header.kind))) {
     comm->onControlMessage(static_cast<wire::ControlKind>(header.kind),
                            entry.slot.data + sizeof(header), header.length);
   } else {

@@ -112,13 +112,23 @@ void DataComm::onComplete(Operation& op, size_t length) {
   if (request == nullptr) {
     if (isPing(op)) {
       onPing(op, 0, nullptr);
-    } else {
+    } else if (!device().protocol().onOwnCompletion(*this, op, 0)) {
       onControlComplete(op, length);
     }
     return;
   }
-  op.transferred = op.type == OpType::kSend ? op.length : length;
+  if (op.type == OpType::kWrite) {
+    if (device().protocol().continueWrite(*this, op)) return;  // the next segment is posted
+    op.transferred += op.length;
+  } else {
+    op.transferred = op.type == OpType::kSend ? op.length : length;
+  }
   if (--request->remaining == 0) finish(*request);
+  if (op.type == OpType::kWrite) device().protocol().onWriteDone(*this);
+}
+
+void DataComm::forgetInProtocol(Request& request) {
+  device().protocol().forget(*this, request);
 }
 
 void DataComm::finish(Request& request) {
@@ -131,11 +141,19 @@ void DataComm::onError(Operation& op, int error, size_t overflow, const char* te
   if (request == nullptr) {
     if (isPing(op)) {
       onPing(op, error, text);
-    } else {
+    } else if (!device().protocol().onOwnCompletion(*this, op, error)) {
       onControlError(op, error, text);
     }
     return;
   }
+  // A closing receiver waits for the sender's last write to end, however it ends.
+  struct WriteDone {
+    DataComm& comm;
+    bool write;
+    ~WriteDone() {
+      if (write) comm.device().protocol().onWriteDone(comm);
+    }
+  } writeDone{*this, op.type == OpType::kWrite};
   --request->remaining;
   if (request->state != Request::State::kActive) {  // already failed: one WARN is enough
     if (request->remaining == 0) finish(*request);
@@ -194,7 +212,8 @@ void DataComm::abandon(Request& request) {
 }
 
 int DataComm::inFlight() const {
-  int count = controlInFlight() + (pingSend_.inFlight ? 1 : 0);
+  int count =
+      controlInFlight() + (pingSend_.inFlight ? 1 : 0) + device().protocol().ownInFlight(*this);
   const_cast<DataComm*>(this)->forEachRequest([&count](const Request& request) {
     for (int i = 0; i < request.count; ++i) count += request.ops[i].inFlight ? 1 : 0;
   });
@@ -202,7 +221,7 @@ int DataComm::inFlight() const {
 }
 
 int DataComm::callerOpsInFlight() const {
-  int count = 0;
+  int count = device().protocol().peerWritesPending(*this);
   const_cast<DataComm*>(this)->forEachRequest([&count](const Request& request) {
     if (request.state == Request::State::kFree) return;
     for (int i = 0; i < request.count; ++i) {
@@ -222,6 +241,8 @@ bool DataComm::peerGone() {
 
 void DataComm::cancelInFlight() {
   cancelControl();
+  device().protocol().cancelOwn(*this);
+  device().protocol().onClose(*this);
   cancel(pingSend_);
   forEachRequest([this](Request& request) {
     if (request.state == Request::State::kFree) return;

@@ -4,9 +4,12 @@
 
 #include <rdma/fabric.h>
 
+#include <memory>
+
 #include "core/comm.h"
 #include "core/request.h"
 #include "core/sequence_table.h"
+#include "protocol/protocol.h"
 
 namespace nnf::core {
 
@@ -17,6 +20,11 @@ class DataComm : public Comm {
   DataComm(Device& device, Kind kind, uint32_t id, size_t requests, OpPool* ops);
 
   RequestPool& pool() { return pool_; }
+  // The protocol's own state in this comm (null when it keeps none).
+  protocol::CommState* protocolState() const { return protocolState_.get(); }
+  void setProtocolState(std::unique_ptr<protocol::CommState> state) {
+    protocolState_ = std::move(state);
+  }
   // Flush requests have a pool of their own: NCCL treats a NULL flush request as "done", so a
   // flush must never find the pool exhausted by receives.
   RequestPool& flushPool() { return flushPool_; }
@@ -52,6 +60,8 @@ class DataComm : public Comm {
   // Hands a finished (done or failed) request back after test() has reported it. A failed request
   // whose other operations are still with the provider is kept until they complete.
   void retire(Request& request) {
+    // A failed request may still hold protocol state that names it (an rdma receive slot).
+    if (request.state != Request::State::kDone) forgetInProtocol(request);
     if (request.remaining == 0) {
       poolOf(request).release(&request);
     } else {
@@ -68,6 +78,7 @@ class DataComm : public Comm {
   virtual void cancelControl() = 0;
 
   void finish(Request& request);
+  void forgetInProtocol(Request& request);
   void checkStalledNow(Request& request);
   static constexpr uint32_t kStallCheckInterval = 64;
   uint32_t stallCheckCountdown_ = kStallCheckInterval;
@@ -101,6 +112,7 @@ class DataComm : public Comm {
   uint64_t peerCheckNs_ = 0;
   uint64_t requestTimeoutNs_ = 0;
   uint64_t lastPeerCheckNs_ = 0;
+  std::unique_ptr<protocol::CommState> protocolState_;
 };
 
 }  // namespace nnf::core

@@ -62,8 +62,15 @@ abi::Result Plugin::deregMr(void* comm, void* handle) {
     NNF_WARN("deregMr: %p is not a registered memory handle (deregistered already?)", handle);
     return abi::kInternalError;
   }
-  return static_cast<MemoryHandle*>(handle)->registry->deregister(
-      static_cast<MemoryHandle*>(handle));
+  auto* mh = static_cast<MemoryHandle*>(handle);
+  // Sends waiting for their receive (rdma) must see the release before the registration goes.
+  bool keep = false;
+  if (Comm* owner = Comm::fromHandle(comm)) {
+    std::lock_guard<fabric::DomainLock> lock(owner->device().domainLock());
+    mh->released = true;
+    keep = mh->waitingSends > 0;
+  }
+  return mh->registry->deregister(mh, keep);
 }
 
 abi::Result Plugin::isend(void* sendComm, void* data, size_t size, int tag, void* handle,
@@ -137,6 +144,10 @@ abi::Result Plugin::irecv(void* recvComm, int count, void* const* data, const si
   abi::Result result = device.protocol().postRecv(*comm, *request, count, data, sizes, tags, mhs);
   if (result != abi::kSuccess) {
     comm->abandon(*request);
+    if (result == abi::kInProgress) {
+      *out = nullptr;  // the protocol cannot take it yet: NCCL retries
+      return abi::kSuccess;
+    }
     return result;
   }
   *out = request;

@@ -10,6 +10,8 @@
 #include "log/log.h"
 #include "platform/endpoint_options.h"
 #include "platform/provider_rules.h"
+#include "protocol/rdma.h"
+#include "protocol/rdma_wire.h"
 #include "protocol/sendrecv.h"
 
 namespace nnf::core {
@@ -41,8 +43,17 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
       !platform::tagFormatFits(leader->ep_attr->mem_tag_format, tags::kBitsUsed, &why)) {
     throw std::runtime_error(why + "; choose another provider with NCCL_FABRIC_PROVIDER");
   }
-  openRail(leader, spec.rmaRead);
-  protocol_ = std::make_unique<protocol::SendRecv>();
+  openRail(leader, spec.rmaRead, spec.rdma);
+  if (spec.rdma) {
+    protocol_ = std::make_unique<protocol::Rdma>();
+    immediateLength_ = rail_->cqDataSize() >= 8;
+    // Segments of at most 2 GiB, at most 127 of them (the immediate data's fields).
+    properties_.maxMessageBytes =
+        std::min<size_t>(properties_.maxMessageBytes,
+                         protocol::rdma::kMaxSegments * protocol::rdma::kMaxSegmentBytes);
+  } else {
+    protocol_ = std::make_unique<protocol::SendRecv>();
+  }
   injectLimit_ = config.flag(config::Param::kInject) ? rail_->injectSize() : 0;
   completions_.resize(static_cast<size_t>(config.integer(config::Param::kCqReadCount)));
 
@@ -52,6 +63,10 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
                                                          domainLock_, rail_->endpoint());
   controlArena_ =
       std::make_unique<ControlArena>(rail_->needsLocalRegistration() ? registrar_.get() : nullptr);
+  if (spec.rdma) {
+    rdmaArena_ = std::make_unique<ControlArena>(registrar_.get(), protocol::rdma::kArenaSlotBytes,
+                                                FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE);
+  }
   // The control ring and the drains are posted receives too: they count in the receive lane.
   size_t drainedIds = kDrainedIds;
   if (!platform::wildcardReceivesSafe(platform::familyOf(provider_), fi_version())) {
@@ -69,7 +84,8 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
                                         provider_ == "shm" ? properties_.maxMessageBytes : 0);
   memory_ = std::make_unique<MemoryRegistry>(
       *registrar_, memory::MrCacheOptions::fromConfig(config), cuda_, properties_.ptrSupport,
-      rmaRead_ ? FI_REMOTE_READ : 0, rail_->needsLocalRegistration());
+      rmaRead_ ? FI_REMOTE_READ : 0, rail_->needsLocalRegistration(),
+      spec.rdma ? FI_WRITE | FI_REMOTE_WRITE : 0);
   if (rmaRead_) {
     // Flush reads land in this word: a read from our own endpoint orders after the receive's
     // data writes, which is what makes them visible to the GPU.
@@ -100,11 +116,14 @@ void Device::setLimits(const fi_info* leader, size_t ownReceives) {
            properties_.name.c_str(), rx_.limit, ownReceives, tx_.limit);
 }
 
-void Device::openRail(const fi_info* leader, bool readFlush) {
+void Device::openRail(const fi_info* leader, bool readFlush, bool rdma) {
   const platform::ProviderRules& rules = platform::rulesFor(platform::familyOf(provider_));
   platform::EndpointNeeds needs;
   needs.hmem = (leader->caps & FI_HMEM) != 0;
   needs.readFlush = readFlush;
+  // Data moves by RMA writes under rdma; messages (control, and data under sendrecv) are always
+  // there, and EFA applies the ordering option to every message.
+  needs.rmaWrite = rdma;
   std::vector<platform::EndpointOption> options = platform::optionsFor(rules, needs);
   std::vector<fabric::EndpointSetting> settings;
   for (const platform::EndpointOption& option : options) {
@@ -129,6 +148,7 @@ Device::~Device() {
   // Close the endpoint before the comms whose operations it may still reference.
   if (flushWordHandle_ != nullptr) memory_->deregister(flushWordHandle_);
   controlArena_->deregisterAll();
+  if (rdmaArena_) rdmaArena_->deregisterAll();
   memory_.reset();
   registrar_.reset();
   rail_.reset();
@@ -155,6 +175,10 @@ abi::Result Device::postNow(Operation& op, ssize_t* ret) {
     case OpType::kRead:
       *ret = rail_->read(op.buffer, op.length, op.desc, op.peer, op.remoteAddress, op.remoteKey,
                          &op.context);
+      break;
+    case OpType::kWrite:
+      *ret = rail_->writedata(op.buffer, op.length, op.desc, op.tag, op.peer, op.remoteAddress,
+                              op.remoteKey, &op.context);
       break;
   }
   abi::Result result = postResult(op, *ret);
@@ -244,7 +268,14 @@ abi::Result Device::progress() {
     ssize_t count = rail_->readCompletions(completions_.data(), completions_.size());
     if (count > 0) {
       for (ssize_t i = 0; i < count; ++i) {
-        Operation* op = Operation::fromContext(completions_[i].op_context);
+        const fi_cq_tagged_entry& entry = completions_[i];
+        // A peer's write: remote CQ data without a receive of ours. Its op_context is not ours
+        // (NULL, or a provider's value on shm 2.x): never dereference it.
+        if ((entry.flags & FI_REMOTE_CQ_DATA) != 0 && (entry.flags & FI_RECV) == 0) {
+          protocol_->onRemoteWrite(*this, entry.data, entry.len);
+          continue;
+        }
+        Operation* op = Operation::fromContext(entry.op_context);
         op->inFlight = false;
         --laneOf(*op).posted;
         op->owner->onComplete(*op, completions_[i].len);

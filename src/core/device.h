@@ -53,6 +53,7 @@ struct DeviceSpec {
   std::vector<const fi_info*> rails;
   const memory::CudaDriver* cuda = nullptr;  // null without CUDA
   bool rmaRead = false;                      // GPUDirect flush by RDMA read is possible
+  bool rdma = false;  // move data with the rdma protocol (the rails offer RMA writes with data)
   DeviceProperties properties;
   std::vector<std::string> railNames;
   std::vector<std::string> gpus;  // PCI addresses of the GPUs it serves, nearest first
@@ -93,10 +94,15 @@ class Device {
   bool orderingOk() const { return orderingOk_; }
   // Buffers for connection set-up messages (with descriptors where the provider needs them).
   ControlArena& controlArena() { return *controlArena_; }
+  // The rdma protocol's descriptor rings (null under sendrecv).
+  ControlArena* rdmaArena() { return rdmaArena_.get(); }
+  // True when the immediate data of a write has room for its length (see protocol/rdma_wire.h).
+  bool immediateCarriesLength() const { return immediateLength_; }
 
   // --- everything below: caller holds domainLock() ---
 
-  // Reads completions and dispatches them, then retries queued operations.
+  // Reads completions and dispatches them (remote writes to the protocol), then retries queued
+  // operations.
   abi::Result progress();
   // Posts `op`, or queues it when the provider says -FI_EAGAIN, when the device's share of the
   // provider's queue (receive or transmit) is full, or when others of its kind already wait.
@@ -140,7 +146,7 @@ class Device {
   uint64_t nextRegistrationKey() { return nextKey_++; }
 
  private:
-  void openRail(const fi_info* leader, bool readFlush);
+  void openRail(const fi_info* leader, bool readFlush, bool rdma);
   uint32_t allocateId();
   // Posts the control receives before the first comm (not at init: NCCL_PROTO is settled by
   // then, and a device NCCL never uses posts nothing). False, logged, when they cannot be.
@@ -180,6 +186,8 @@ class Device {
   std::unique_ptr<memory::FabricRegistrar> registrar_;
   std::unique_ptr<MemoryRegistry> memory_;
   std::unique_ptr<ControlArena> controlArena_;
+  std::unique_ptr<ControlArena> rdmaArena_;
+  bool immediateLength_ = false;
   std::unique_ptr<DrainPool> drains_;
   bool orderingOk_ = true;
   const memory::CudaDriver* cuda_ = nullptr;

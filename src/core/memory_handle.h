@@ -22,6 +22,10 @@ struct MemoryHandle {
   size_t length = 0;
   memory::MrHandle* mr = nullptr;  // null for an empty buffer
   void* desc = nullptr;            // local descriptor for data operations
+  // rdma sends that wait for their receive with this buffer, and whether NCCL deregistered it
+  // meanwhile (then they fail instead of writing): both under the device lock.
+  uint32_t waitingSends = 0;
+  bool released = false;
 
   // The peer-visible address and key of `ptr` inside this registration (RMA).
   uint64_t remoteAddress(const void* ptr) const { return mr->registration().remoteAddress(ptr); }

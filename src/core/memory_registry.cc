@@ -25,12 +25,13 @@ const char* ncclTypeName(int type) {
 
 MemoryRegistry::MemoryRegistry(memory::Registrar& registrar, const memory::MrCacheOptions& options,
                                const memory::CudaDriver* cuda, int ptrSupport, uint64_t gpuAccess,
-                               bool hostDescriptors)
+                               bool hostDescriptors, uint64_t dataAccess)
     : cache_(registrar, options),
       cuda_(cuda),
       ptrSupport_(ptrSupport),
       gpuAccess_(gpuAccess),
-      hostDescriptors_(hostDescriptors) {}
+      hostDescriptors_(hostDescriptors),
+      dataAccess_(dataAccess) {}
 
 abi::Result MemoryRegistry::registerBuffer(void* data, size_t size, int ncclType, int dmabufFd,
                                            uint64_t dmabufOffset, MemoryHandle** out) {
@@ -43,7 +44,7 @@ abi::Result MemoryRegistry::registerBuffer(void* data, size_t size, int ncclType
   memory::Region region;
   region.base = data;
   region.length = size;
-  region.access = FI_SEND | FI_RECV;
+  region.access = FI_SEND | FI_RECV | dataAccess_;
   if (ncclType != abi::kPtrHost) {
     memory::PointerInfo info;
     if (cuda_ == nullptr || cuda_->pointerInfo(data, &info) != 0 || !info.device) {
@@ -106,11 +107,18 @@ abi::Result MemoryRegistry::acquire(const memory::Region& region, int ncclType,
   return abi::kSuccess;
 }
 
-abi::Result MemoryRegistry::deregister(MemoryHandle* handle) {
+abi::Result MemoryRegistry::deregister(MemoryHandle* handle, bool keep) {
   abi::Result result = abi::kSuccess;
   if (handle->mr != nullptr && cache_.release(handle->mr) != 0) result = abi::kInternalError;
+  handle->mr = nullptr;
+  handle->desc = nullptr;
   handle->magic = 0;
-  delete handle;
+  if (keep) {
+    std::lock_guard<std::mutex> lock(keptMutex_);
+    kept_.emplace_back(handle);
+  } else {
+    delete handle;
+  }
   return result;
 }
 

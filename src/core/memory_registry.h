@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "abi/nccl_abi.h"
 #include "core/memory_handle.h"
@@ -21,15 +23,19 @@ class MemoryRegistry {
   // to GPU regions (FI_REMOTE_READ when flushes read them back).
   // `hostDescriptors`: the provider wants descriptors for host buffers too (FI_MR_LOCAL);
   // otherwise host operations go without one, which keeps providers on their fastest path.
+  // `dataAccess` adds access bits to every buffer NCCL registers (the rdma protocol writes into
+  // them: FI_WRITE | FI_REMOTE_WRITE).
   MemoryRegistry(memory::Registrar& registrar, const memory::MrCacheOptions& options,
                  const memory::CudaDriver* cuda, int ptrSupport, uint64_t gpuAccess,
-                 bool hostDescriptors = true);
+                 bool hostDescriptors = true, uint64_t dataAccess = 0);
 
   abi::Result registerBuffer(void* data, size_t size, int ncclType, int dmabufFd,
                              uint64_t dmabufOffset, MemoryHandle** out);
   // Registers host memory with explicit access bits (the flush word).
   abi::Result registerHost(void* data, size_t size, uint64_t access, MemoryHandle** out);
-  abi::Result deregister(MemoryHandle* handle);
+  // `keep`: sends still refer to the handle (they fail when they see it released): its
+  // registration goes now, the object itself only with the registry.
+  abi::Result deregister(MemoryHandle* handle, bool keep = false);
 
   memory::MrCacheStats stats() const { return cache_.stats(); }
   int ptrSupport() const { return ptrSupport_; }
@@ -42,7 +48,10 @@ class MemoryRegistry {
   int ptrSupport_;
   uint64_t gpuAccess_;
   bool hostDescriptors_;
+  uint64_t dataAccess_;
   std::atomic<bool> dmaBufRefused_{false};  // set by the first refused DMA-BUF registration
+  std::mutex keptMutex_;
+  std::vector<std::unique_ptr<MemoryHandle>> kept_;
 };
 
 }  // namespace nnf::core

@@ -25,7 +25,8 @@ class OperationOwner {
 };
 
 // kControlSend / kControlRecv: untagged messages of the device's control channel.
-enum class OpType : uint8_t { kSend, kRecv, kRead, kControlSend, kControlRecv };
+// kWrite: an RMA write with immediate data (the rdma protocol).
+enum class OpType : uint8_t { kSend, kRecv, kRead, kControlSend, kControlRecv, kWrite };
 
 // For log lines: "send", "receive", "flush read".
 inline const char* opTypeName(OpType type) {
@@ -40,6 +41,8 @@ inline const char* opTypeName(OpType type) {
       return "control send";
     case OpType::kControlRecv:
       return "control receive";
+    case OpType::kWrite:
+      return "write";
   }
   return "operation";
 }
@@ -56,9 +59,9 @@ struct Operation {
   size_t length = 0;
   void* desc = nullptr;
   fi_addr_t peer = FI_ADDR_UNSPEC;
-  uint64_t tag = 0;
+  uint64_t tag = 0;            // kWrite: the immediate data
   uint64_t ignore = 0;         // kRecv: tag bits that need not match (drain receives)
-  uint64_t remoteAddress = 0;  // kRead: source address and key at the peer
+  uint64_t remoteAddress = 0;  // kRead, kWrite: address and key at the peer
   uint64_t remoteKey = 0;
   size_t transferred = 0;           // bytes moved, once completed (what test() reports)
   Operation* nextQueued = nullptr;  // OpQueue links

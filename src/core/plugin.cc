@@ -51,9 +51,12 @@ abi::Result Plugin::init(abi::Logger logger) {
   memory::GdrMode gdrMode = memory::gdrModeFromConfig(*config_);
   bool wantHmem = cuda_->available() && gdrMode != memory::GdrMode::kOff;
 
+  const std::string& protocolSetting = config_->string(config::Param::kProtocol);
+  // auto stays on sendrecv until the rdma protocol's abort path is proven (docs/architecture.md).
+  bool wantRma = protocolSetting == "rdma";
   fabric::ProviderChoice choice;
   try {
-    choice = fabric::selectProvider(config_->string(config::Param::kProvider), wantHmem);
+    choice = fabric::selectProvider(config_->string(config::Param::kProvider), wantHmem, wantRma);
   } catch (const std::exception& error) {
     NNF_WARN("no usable network: %s; NCCL will fall back to its own transports", error.what());
     initResult_ = abi::kSystemError;
@@ -62,6 +65,20 @@ abi::Result Plugin::init(abi::Logger logger) {
   provider_ = choice.provider;
   NNF_INFO(abi::kLogSubsysInit, "provider %s: %s rules", provider_.c_str(),
            platform::familyName(platform::familyOf(provider_)));
+  if (protocolSetting == "rdma" && !choice.rma) {
+    NNF_WARN(
+        "NCCL_FABRIC_PROTOCOL=rdma, but provider %s offers no RMA writes with immediate data on "
+        "every NIC; use sendrecv (or auto)",
+        provider_.c_str());
+    initResult_ = abi::kInvalidUsage;
+    return initResult_;
+  }
+  bool rdma = choice.rma && wantRma;
+  NNF_INFO(abi::kLogSubsysInit, "protocol %s: %s", rdma ? "rdma" : "sendrecv",
+           rdma ? "NCCL_FABRIC_PROTOCOL=rdma, the provider offers RMA writes with immediate data"
+                : (protocolSetting == "sendrecv"
+                       ? "NCCL_FABRIC_PROTOCOL=sendrecv"
+                       : "NCCL_FABRIC_PROTOCOL=auto (rdma is opt-in for now)"));
   // The sendrecv protocol moves data on each device's leader NIC only.
   constexpr size_t kCarryingRails = 1;
   DevicePlan plan;
@@ -92,6 +109,7 @@ abi::Result Plugin::init(abi::Logger logger) {
     spec.properties.ptrSupport = ptrSupport.bits;
     spec.cuda = cuda_->available() ? &*cuda_ : nullptr;
     spec.rmaRead = choice.rmaRead && (ptrSupport.bits & abi::kPtrCuda) != 0;
+    spec.rdma = rdma;
   }
   for (const DeviceSpec& spec : plan.specs) {
     try {

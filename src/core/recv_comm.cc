@@ -23,14 +23,34 @@ abi::Result RecvComm::start(const wire::ConnectMessage& request) {
   remoteId_ = request.senderCommId;
   setPeerIdentity(request.pid, request.hostId);
   if (!acquireControl()) return abi::kSystemError;
+  protocol::Protocol& protocol = device().protocol();
+  if (request.protocol != static_cast<uint16_t>(protocol.id())) {
+    // Answered all the same, so that the sender fails at once instead of waiting.
+    NNF_WARN(
+        "refusing a connection on comm %u: the sender runs another data protocol than %s (set "
+        "NCCL_FABRIC_PROTOCOL alike on every rank)",
+        id(), protocol.name());
+    protocolMismatch_ = true;
+  } else {
+    protocol::ConnectInfo info;
+    info.ringAddress = request.ringAddress;
+    info.ringKey = request.ringKey;
+    abi::Result result = protocol.startRecv(*this, info);
+    if (result != abi::kSuccess) return result;
+  }
   wire::AcceptMessage message = wire::makeAcceptMessage(id(), request.senderCommId);
+  message.protocol = static_cast<uint32_t>(protocol.id());
   return device().controlChannel().send(acceptSend_, control().data, control().desc, peer_,
                                         request.senderCommId, wire::ControlKind::kAccept, &message,
                                         sizeof(message));
 }
 
+void RecvComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) {
+  if (kind == wire::ControlKind::kClosedAck) device().protocol().onPeerClosedAck(*this);
+}
+
 void RecvComm::onControlComplete(Operation& op, size_t length) {
-  if (state_ == State::kAccepting) state_ = State::kReady;
+  if (state_ == State::kAccepting) state_ = protocolMismatch_ ? State::kFailed : State::kReady;
 }
 
 void RecvComm::onControlError(Operation& op, int error, const char* text) {

@@ -16,6 +16,8 @@ class RecvComm final : public DataComm {
   bool ready() const { return state_ == State::kReady; }
   bool failed() const { return state_ == State::kFailed; }
   size_t maxRecvs() const { return maxRecvs_; }
+  // The sender's answer to our close (through the device's control channel).
+  void onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) override;
 
  protected:
   void onControlComplete(Operation& op, size_t length) override;
@@ -27,6 +29,7 @@ class RecvComm final : public DataComm {
   enum class State { kAccepting, kReady, kFailed };
   State state_ = State::kAccepting;
   size_t maxRecvs_;
+  bool protocolMismatch_ = false;  // answered, then failed: the peer moves data another way
   Operation acceptSend_;
 };
 

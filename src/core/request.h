@@ -29,6 +29,7 @@ struct Request {
   State state = State::kFree;
   uint8_t count = 0;      // operations in this request (0 while free)
   uint8_t remaining = 0;  // operations not completed yet
+  uint16_t slot = 0;      // the protocol's name for it (rdma: its descriptor slot)
   abi::Result error = abi::kSuccess;
   uint64_t postedNs = 0;  // steady clock of the first stall check (0: not checked yet)
   DataComm* comm = nullptr;

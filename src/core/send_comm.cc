@@ -25,9 +25,16 @@ abi::Result SendComm::start(const wire::ListenHandle& handle) {
     return abi::kSystemError;
   }
   if (!acquireControl()) return abi::kSystemError;
+  protocol::Protocol& protocol = device().protocol();
+  protocol::ConnectInfo info;
+  abi::Result result = protocol.startSend(*this, &info);
+  if (result != abi::kSuccess) return result;
   const auto& address = device().rail().address();
   wire::ConnectMessage message =
       wire::makeConnectMessage(id(), handle.listenerId, address.data(), address.size());
+  message.protocol = static_cast<uint16_t>(protocol.id());
+  message.ringAddress = info.ringAddress;
+  message.ringKey = info.ringKey;
   return device().controlChannel().send(connectSend_, control().data, control().desc, peer_,
                                         handle.listenerId, wire::ControlKind::kConnect, &message,
                                         sizeof(message));
@@ -40,11 +47,29 @@ void SendComm::onControlComplete(Operation& op, size_t length) {
 }
 
 void SendComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) {
+  if (kind == wire::ControlKind::kClosed) {
+    // The receiver is gone for good: what waits for it fails now rather than at a timeout.
+    bool waiting = false;
+    forEachRequest([&waiting](Request& request) {
+      waiting = waiting || request.state == Request::State::kActive;
+    });
+    failPeer("the receiver closed the connection", /*quiet=*/!waiting || closed());
+    device().protocol().onPeerClosed(*this);
+    return;
+  }
   if (kind != wire::ControlKind::kAccept || state_ != State::kConnecting || acceptReceived_) return;
   wire::AcceptMessage message;
   std::string reason;
   if (!wire::decodeAcceptMessage(data, length, id(), &message, &reason)) {
     NNF_WARN("connection of comm %u failed: invalid accept message: %s", id(), reason.c_str());
+    state_ = State::kFailed;
+    return;
+  }
+  if (message.protocol != static_cast<uint32_t>(device().protocol().id())) {
+    NNF_WARN(
+        "connection of comm %u failed: the receiver runs another data protocol than %s (set "
+        "NCCL_FABRIC_PROTOCOL alike on every rank)",
+        id(), device().protocol().name());
     state_ = State::kFailed;
     return;
   }

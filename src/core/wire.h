@@ -9,12 +9,20 @@
 
 namespace nnf::core::wire {
 
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;  // 2: protocol ids and the rdma descriptor ring
 constexpr size_t kMaxAddressLength = 96;
 
 // Every control message (untagged, through the device's control channel) starts with this
 // header: it names the comm the message is for, on the receiving device.
-enum class ControlKind : uint32_t { kConnect = 1, kAccept = 2, kPing = 3 };
+// kClosed: the receive comm closed (rdma: the sender's waiting sends can never be matched);
+// kClosedAck: the sender answers once none of its writes toward that comm is in flight.
+enum class ControlKind : uint32_t {
+  kConnect = 1,
+  kAccept = 2,
+  kPing = 3,
+  kClosed = 4,
+  kClosedAck = 5
+};
 struct ControlHeader {
   static constexpr uint32_t kMagic = 0x4843464eu;  // "NFCH"
   uint32_t magic;
@@ -57,12 +65,15 @@ struct ConnectMessage {
   uint32_t senderCommId;
   uint32_t listenerId;
   uint16_t addressLength;
-  uint16_t reserved;
-  uint32_t pid;  // with hostId: lets a peer on the same host notice that we died
+  uint16_t protocol;  // protocol::ProtocolId: both ends must move data the same way
+  uint32_t pid;       // with hostId: lets a peer on the same host notice that we died
   uint64_t hostId;
   uint8_t address[kMaxAddressLength];
+  // rdma protocol: the sender's descriptor ring, where the receiver writes its buffers' keys.
+  uint64_t ringAddress;
+  uint64_t ringKey;
 };
-static_assert(sizeof(ConnectMessage) == 128);
+static_assert(sizeof(ConnectMessage) == 144);
 
 // Listener → sender: "your receiver is recv comm `recvCommId`".
 struct AcceptMessage {
@@ -73,7 +84,7 @@ struct AcceptMessage {
   uint32_t recvCommId;
   uint32_t senderCommId;
   uint32_t pid;
-  uint32_t reserved;
+  uint32_t protocol;  // protocol::ProtocolId of the receiver
   uint64_t hostId;
 };
 static_assert(sizeof(AcceptMessage) == 32);

@@ -49,13 +49,42 @@ std::vector<InfoPtr> domainsOf(const InfoPtr& all, const std::string& provider) 
   return domains;
 }
 
-InfoPtr hmemHints(const std::string& provider, bool withRead) {
+// The rdma protocol's capabilities: RMA writes into registered buffers of the peer.
+constexpr uint64_t kRmaWriteCaps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+
+InfoPtr providerHints(const std::string& provider, uint64_t caps) {
   InfoPtr hints = makeHints();
-  hints->caps |= FI_HMEM;
-  if (withRead) hints->caps |= FI_RMA | FI_READ | FI_REMOTE_READ;
-  hints->domain_attr->mr_mode |= FI_MR_HMEM;
+  hints->caps |= caps;
   hints->fabric_attr->prov_name = strdup(provider.c_str());
   return hints;
+}
+
+InfoPtr hmemHints(const std::string& provider, bool withRead, bool withRma) {
+  InfoPtr hints = providerHints(provider, FI_HMEM | (withRma ? kRmaWriteCaps : 0));
+  if (withRead) hints->caps |= FI_RMA | FI_READ | FI_REMOTE_READ;
+  hints->domain_attr->mr_mode |= FI_MR_HMEM;
+  return hints;
+}
+
+// The provider's domains again, with `caps` added; empty when it cannot offer them everywhere.
+std::vector<InfoPtr> domainsWith(const std::string& provider, uint64_t caps, size_t expected,
+                                 bool hmem, bool withRead) {
+  InfoPtr all;
+  try {
+    all = query(hmem ? hmemHints(provider, withRead, (caps & kRmaWriteCaps) != 0)
+                     : providerHints(provider, caps));
+  } catch (const std::exception&) {
+    return {};  // the provider cannot do it
+  }
+  std::vector<InfoPtr> domains = domainsOf(all, provider);
+  if (domains.size() != expected) return {};
+  // RMA writes carry the protocol's immediate data: at least 4 bytes of it.
+  if ((caps & kRmaWriteCaps) != 0) {
+    for (const InfoPtr& info : domains) {
+      if (info->domain_attr->cq_data_size < 4) return {};
+    }
+  }
+  return domains;
 }
 
 }  // namespace
@@ -84,7 +113,7 @@ bool providerMatches(const std::string& name, const std::string& provName) {
          provName[name.size()] == ';';
 }
 
-ProviderChoice selectProvider(const std::string& requested, bool wantHmem) {
+ProviderChoice selectProvider(const std::string& requested, bool wantHmem, bool wantRma) {
   InfoPtr all = queryAll();
   if (!all) {
     throw std::runtime_error(
@@ -125,17 +154,20 @@ ProviderChoice selectProvider(const std::string& requested, bool wantHmem) {
       choice.providerVersion = info->fabric_attr->prov_version;
   }
   choice.domains = domainsOf(all, chosen);
+  if (wantRma) {
+    std::vector<InfoPtr> domains =
+        domainsWith(chosen, kRmaWriteCaps, choice.domains.size(), false, false);
+    if (!domains.empty()) {
+      choice.domains = std::move(domains);
+      choice.rma = true;
+    }
+  }
 #if NNF_HAVE_FI_HMEM
   if (wantHmem) {
     for (bool withRead : {true, false}) {
-      InfoPtr hmem;
-      try {
-        hmem = query(hmemHints(chosen, withRead));
-      } catch (const std::exception&) {
-        continue;  // the provider cannot do it; host memory it is
-      }
-      std::vector<InfoPtr> domains = domainsOf(hmem, chosen);
-      if (domains.size() != choice.domains.size()) continue;
+      std::vector<InfoPtr> domains = domainsWith(chosen, choice.rma ? kRmaWriteCaps : 0,
+                                                 choice.domains.size(), true, withRead);
+      if (domains.empty()) continue;  // the provider cannot do it; host memory it is
       choice.domains = std::move(domains);
       choice.hmem = true;
       choice.rmaRead = withRead;

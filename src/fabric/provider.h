@@ -14,6 +14,7 @@ struct ProviderChoice {
   std::vector<InfoPtr> domains;  // one fi_info per NIC/domain, in libfabric's order
   bool hmem = false;             // the domains were opened for device memory (FI_HMEM)
   bool rmaRead = false;          // and offer RDMA reads (GPUDirect flush by read)
+  bool rma = false;              // the domains offer RMA writes with remote CQ data (rdma protocol)
 };
 
 // The fi_getinfo hints for the sendrecv protocol: RDM endpoints with tagged messages.
@@ -24,7 +25,10 @@ InfoPtr makeHints();
 // std::runtime_error with a clear message when nothing usable exists.
 // With `wantHmem` (CUDA usable, GPUDirect not forced off) the chosen provider is asked again
 // for FI_HMEM (and RDMA reads for the flush); when it cannot, it is used for host memory only.
-ProviderChoice selectProvider(const std::string& requested, bool wantHmem = false);
+// With `wantRma` it is asked for RMA writes with immediate data (the rdma protocol): `rma` says
+// whether every domain offers them.
+ProviderChoice selectProvider(const std::string& requested, bool wantHmem = false,
+                              bool wantRma = false);
 
 // True when `name` (full "tcp;ofi_rxm" or its core "tcp") designates provider `provName`.
 bool providerMatches(const std::string& name, const std::string& provName);

@@ -70,6 +70,15 @@ class Rail {
                void* context) {
     return fi_read(ep_.get(), buf, len, desc, src, addr, key, context);
   }
+  // An RMA write whose immediate `data` raises a completion at the target (FI_REMOTE_CQ_DATA).
+  ssize_t writedata(const void* buf, size_t len, void* desc, uint64_t data, fi_addr_t dest,
+                    uint64_t addr, uint64_t key, void* context) {
+    return fi_writedata(ep_.get(), buf, len, desc, data, dest, addr, key, context);
+  }
+  // Bytes of immediate data the provider carries (EFA 4, shm and tcp 8).
+  size_t cqDataSize() const {
+    return info_->domain_attr != nullptr ? info_->domain_attr->cq_data_size : 0;
+  }
   ssize_t readCompletions(fi_cq_tagged_entry* entries, size_t count) {
     return fi_cq_read(cq_.get(), entries, count);
   }

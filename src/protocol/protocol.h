@@ -1,24 +1,46 @@
 // How a comm's data moves. The core handles connections, requests and completions; a protocol
-// decides which libfabric operations carry a send or a grouped receive.
+// decides which libfabric operations carry a send or a grouped receive, and keeps whatever
+// per-comm state it needs in a CommState the comm owns.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 
 #include "abi/nccl_abi.h"
 
 namespace nnf::core {
+class Device;
+class DataComm;
 class SendComm;
 class RecvComm;
 struct Request;
+struct Operation;
 struct MemoryHandle;
 }  // namespace nnf::core
 
 namespace nnf::protocol {
 
+// Identifies the protocol in connect and accept messages: both ends must run the same.
+enum class ProtocolId : uint16_t { kSendRecv = 1, kRdma = 2 };
+
+// A protocol's own state in one comm (destroyed with the comm).
+class CommState {
+ public:
+  virtual ~CommState() = default;
+};
+
+// What the connect message carries for the protocol (the sender's descriptor ring).
+struct ConnectInfo {
+  uint64_t ringAddress = 0;
+  uint64_t ringKey = 0;
+};
+
 class Protocol {
  public:
   virtual ~Protocol() = default;
   virtual const char* name() const = 0;
+  virtual ProtocolId id() const = 0;
 
   // Fill and post the operations of `request` (device lock held). On failure nothing stays
   // posted for this request and the result says why.
@@ -27,6 +49,39 @@ class Protocol {
   virtual abi::Result postRecv(core::RecvComm& comm, core::Request& request, int count,
                                void* const* data, const size_t* sizes, const int* tags,
                                core::MemoryHandle* const* handles) = 0;
+
+  // --- hooks for protocols with state of their own (device lock held); defaults do nothing ---
+
+  // A send comm is about to send its connect message: set up and describe its state.
+  virtual abi::Result startSend(core::SendComm& comm, ConnectInfo* info) { return abi::kSuccess; }
+  // A receive comm accepts a sender that described itself with `info`.
+  virtual abi::Result startRecv(core::RecvComm& comm, const ConnectInfo& info) {
+    return abi::kSuccess;
+  }
+  // A completion with remote CQ data and no posted operation (an RMA write of the peer).
+  virtual void onRemoteWrite(core::Device& device, uint64_t data, size_t length) {}
+  // A comm's own operation (not a request's) completed or failed: true when it was ours.
+  virtual bool onOwnCompletion(core::DataComm& comm, core::Operation& op, int error) {
+    return false;
+  }
+  // A request's write completed: true when the protocol posted it again (the next segment), so
+  // the request is not done yet.
+  virtual bool continueWrite(core::DataComm& comm, core::Operation& op) { return false; }
+  // The comm's own operations still with the provider.
+  virtual int ownInFlight(const core::DataComm& comm) const { return 0; }
+  virtual void cancelOwn(core::DataComm& comm) {}
+  // The comm is closing (after cancelOwn): tell the peer what it must know.
+  virtual void onClose(core::DataComm& comm) {}
+  // Writes the peer may still make into the comm's buffers (closing waits for them).
+  virtual int peerWritesPending(const core::DataComm& comm) const { return 0; }
+  // Control messages of the protocol: the receiver closed (at the send comm), and the sender's
+  // answer that nothing more will be written (at the receive comm).
+  virtual void onPeerClosed(core::DataComm& comm) {}
+  virtual void onPeerClosedAck(core::DataComm& comm) {}
+  // A write of one of the comm's requests completed or failed.
+  virtual void onWriteDone(core::DataComm& comm) {}
+  // A request of the comm failed or is given up: forget whatever refers to it.
+  virtual void forget(core::DataComm& comm, core::Request& request) {}
 };
 
 }  // namespace nnf::protocol

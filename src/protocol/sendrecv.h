@@ -10,6 +10,7 @@ namespace nnf::protocol {
 class SendRecv final : public Protocol {
  public:
   const char* name() const override { return "sendrecv"; }
+  ProtocolId id() const override { return ProtocolId::kSendRecv; }
   abi::Result postSend(core::SendComm& comm, core::Request& request, void* data, size_t size,
                        int tag, core::MemoryHandle* handle) override;
   abi::Result postRecv(core::RecvComm& comm, core::Request& request, int count, void* const* data,

@@ -41,10 +41,8 @@ std::string fakeCudaPath() {
 // environment. (The per-provider ENVIRONMENT of tests/CMakeLists.txt does not reach the tests
 // at present: gtest_discover_tests flattens its lists. This keeps the file correct either way.)
 std::vector<std::string> providers() {
-  for (const char* name : {"NNF_TEST_PROVIDER", "FI_PROVIDER"}) {
-    const char* value = std::getenv(name);
-    if (value != nullptr && *value != '\0') return {value};
-  }
+  std::string provider = testProvider();  // without the protocol part of NNF_TEST_PROVIDER
+  if (!provider.empty()) return {provider};
   return {"shm", "tcp"};
 }
 

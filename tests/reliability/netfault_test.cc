@@ -19,6 +19,7 @@
 
 #include "reliability_support.h"
 #include "support/harness.h"
+#include "support/test_env.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
 
@@ -32,8 +33,7 @@ constexpr int kWindow = 4;
 constexpr int kMaxSize = 256 << 10;
 
 bool onTcp() {
-  const char* name = getenv("NNF_TEST_PROVIDER");
-  return name != nullptr && std::string(name) == "tcp";
+  return testProvider() == "tcp";  // "tcp+sendrecv" too
 }
 
 // Skips the calling test unless the tcp provider is under test and namespaces can be made.

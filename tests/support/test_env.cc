@@ -19,10 +19,22 @@ std::string sharedFixturesDir() {
   return dir;
 }
 
+namespace {
+// NNF_TEST_PROVIDER is "PROVIDER" or "PROVIDER+PROTOCOL" (one variable: see below).
+std::string providerPart(const std::string& value) {
+  return value.substr(0, value.find('+'));
+}
+}  // namespace
+
 std::string testProvider() {
   const char* provider = std::getenv("NNF_TEST_PROVIDER");
   if (provider == nullptr) provider = std::getenv("FI_PROVIDER");
-  return provider != nullptr ? provider : "";
+  return provider != nullptr ? providerPart(provider) : "";
+}
+
+std::string testProtocol() {
+  const char* protocol = std::getenv("NCCL_FABRIC_PROTOCOL");
+  return protocol != nullptr && *protocol != '\0' ? protocol : "auto";
 }
 
 std::string fakeCudaLibrary() {
@@ -84,7 +96,11 @@ class EfaRulesReportCheck : public ::testing::Environment {
 
 }  // namespace
 
-void useTestProvider(const std::string& provider) {
+void useTestProvider(const std::string& value) {
+  std::string provider = providerPart(value);
+  if (provider.size() < value.size()) {
+    setenv("NCCL_FABRIC_PROTOCOL", value.substr(provider.size() + 1).c_str(), 1);
+  }
   if (provider != "efa") {
     setenv("FI_PROVIDER", provider.c_str(), 1);
     if (provider == "tcp") setenv("FI_TCP_IFACE", "lo", 0);

@@ -12,6 +12,8 @@ std::string sharedFixturesDir();
 
 // The provider the test runs on (NNF_TEST_PROVIDER, else FI_PROVIDER), "" when unset.
 std::string testProvider();
+// The data protocol the tests run under: NCCL_FABRIC_PROTOCOL, "auto" when unset.
+std::string testProtocol();
 
 // The fake CUDA driver for GPU-memory tests: NNF_FAKE_CUDA_LIBRARY, else the library built beside
 // the test binaries (build/tests/fake_cuda/libnnf_fake_cuda.so).
@@ -26,6 +28,7 @@ std::string sourceDir();
 //             FI_PROVIDER_PATH and chosen with NCCL_FABRIC_PROVIDER (FI_PROVIDER would hide the
 //             provider underneath), with the fake CUDA driver so GPU buffers take the GPU path,
 //             completions reordered, and every rule violation appended to efaRulesReport().
+// `provider` may name a protocol too: "shm+sendrecv" sets NCCL_FABRIC_PROTOCOL=sendrecv.
 void useTestProvider(const std::string& provider);
 
 // The EFA-rules provider's directory (FI_PROVIDER_PATH) and this test process's report file.

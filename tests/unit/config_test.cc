@@ -90,7 +90,7 @@ TEST(ConfigLoad, KnownDefaults) {
   Env env;
   Config config = Config::load(env.lookup());
   EXPECT_EQ(config.integer(Param::kMaxRecvs), 8);
-  EXPECT_EQ(config.string(Param::kProtocol), "sendrecv");
+  EXPECT_EQ(config.string(Param::kProtocol), "auto");
   EXPECT_EQ(config.string(Param::kProvider), "");
   EXPECT_EQ(config.integer(Param::kCloseTimeoutMs), 10000);
   // Healthy ranks wait for hours (checkpoints, evaluation): no request timeout unless asked.

@@ -1,0 +1,515 @@
+#include "protocol/rdma.h"
+
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "core/device.h"
+#include "core/memory_handle.h"
+#include "core/recv_comm.h"
+#include "core/send_comm.h"
+#include "core/tags.h"
+#include "log/log.h"
+#include "protocol/rdma_matching.h"
+#include "protocol/rdma_wire.h"
+
+namespace nnf::protocol {
+namespace {
+
+using rdma::Arrived;
+using rdma::BufferDescriptor;
+
+// A comm's slot of the device's rdma arena, handed back when the comm goes.
+class ArenaSlot {
+ public:
+  explicit ArenaSlot(core::ControlArena& arena) : arena_(arena) {}
+  ~ArenaSlot() { arena_.release(&slot_); }
+  ArenaSlot(const ArenaSlot&) = delete;
+  ArenaSlot& operator=(const ArenaSlot&) = delete;
+  bool acquire() { return arena_.acquire(&slot_); }
+  const core::ControlSlot& operator*() const { return slot_; }
+  const core::ControlSlot* operator->() const { return &slot_; }
+
+ private:
+  core::ControlArena& arena_;
+  core::ControlSlot slot_;
+};
+
+// The sender's side: the ring the receiver writes descriptors into, and the matching table.
+struct SendState final : CommState {
+  explicit SendState(core::ControlArena& arena) : ring(arena) {}
+  ArenaSlot ring;  // the receiver's descriptors, then our close acknowledgement
+  rdma::SendMatcher matcher;
+  core::Operation closedAck;
+  bool ackOwed = false;  // the receiver closed: answer once no write of ours is in flight
+  bool warnedReleased = false;
+};
+
+// The receiver's side: the peer's ring, the descriptors being written from, and its buffers.
+struct RecvState final : CommState {
+  explicit RecvState(core::ControlArena& arena) : staging(arena) {}
+  // Descriptor slots come in chunks allocated as receives first need them: most comms keep a
+  // few receives in flight, and an idle one holds none.
+  static constexpr uint32_t kSlotsPerChunk = 8;
+  struct Chunk {
+    core::Operation descriptorWrites[kSlotsPerChunk];
+    core::Request* requests[kSlotsPerChunk] = {};
+    rdma::SlotProgress progress[kSlotsPerChunk];
+  };
+  ArenaSlot staging;  // entry of slot s at s * kEntryBytes, then the close notice
+  core::Operation closeNotice;
+  bool awaitingAck = false;  // closed with buffers described: the sender may still write
+  bool senderDone = false;   // the sender said it writes nothing more (it closed, or we did)
+  uint64_t ringAddress = 0;
+  uint64_t ringKey = 0;
+  std::unique_ptr<Chunk> chunks[rdma::kSlots / kSlotsPerChunk];
+
+  Chunk* chunkOf(uint32_t slot) const { return chunks[slot / kSlotsPerChunk].get(); }
+  core::Operation& write(uint32_t slot) {
+    return chunkOf(slot)->descriptorWrites[slot % kSlotsPerChunk];
+  }
+  core::Request*& request(uint32_t slot) { return chunkOf(slot)->requests[slot % kSlotsPerChunk]; }
+  rdma::SlotProgress& progress(uint32_t slot) {
+    return chunkOf(slot)->progress[slot % kSlotsPerChunk];
+  }
+  // The request a slot serves, or null (also for slots of chunks never allocated).
+  core::Request* requestAt(uint32_t slot) const {
+    Chunk* chunk = slot < rdma::kSlots ? chunkOf(slot) : nullptr;
+    return chunk != nullptr ? chunk->requests[slot % kSlotsPerChunk] : nullptr;
+  }
+  // The lowest free slot whose last descriptor write has completed (allocating its chunk), or
+  // kSlots when all are busy or memory ran out.
+  uint32_t freeSlot(core::DataComm& comm) {
+    for (uint32_t c = 0; c < rdma::kSlots / kSlotsPerChunk; ++c) {
+      if (!chunks[c]) {
+        chunks[c].reset(new (std::nothrow) Chunk);
+        if (!chunks[c]) {
+          NNF_WARN("irecv: out of memory for the receive slots of comm %u", comm.id());
+          return rdma::kSlots;
+        }
+        for (core::Operation& op : chunks[c]->descriptorWrites) op.owner = &comm;
+      }
+      for (uint32_t i = 0; i < kSlotsPerChunk; ++i) {
+        const core::Operation& op = chunks[c]->descriptorWrites[i];
+        if (chunks[c]->requests[i] == nullptr && !op.inFlight && !op.queued) {
+          return c * kSlotsPerChunk + i;
+        }
+      }
+    }
+    return rdma::kSlots;
+  }
+  void release(uint32_t slot) {
+    progress(slot).disarm();
+    request(slot) = nullptr;
+  }
+  // The slot whose descriptor write `op` is, or kSlots.
+  uint32_t slotOf(const core::Operation& op) const {
+    for (uint32_t c = 0; c < rdma::kSlots / kSlotsPerChunk; ++c) {
+      const Chunk* chunk = chunks[c].get();
+      if (chunk != nullptr && &op >= chunk->descriptorWrites &&
+          &op < chunk->descriptorWrites + kSlotsPerChunk) {
+        return c * kSlotsPerChunk + static_cast<uint32_t>(&op - chunk->descriptorWrites);
+      }
+    }
+    return rdma::kSlots;
+  }
+  // Every operation of its own: descriptor writes and the close notice.
+  template <typename Visit>
+  void forEachOwn(Visit&& visit) {
+    visit(closeNotice);
+    for (const auto& chunk : chunks) {
+      if (!chunk) continue;
+      for (core::Operation& op : chunk->descriptorWrites) visit(op);
+    }
+  }
+};
+
+SendState& sendState(core::DataComm& comm) {
+  return *static_cast<SendState*>(comm.protocolState());
+}
+RecvState& recvState(core::DataComm& comm) {
+  return *static_cast<RecvState*>(comm.protocolState());
+}
+
+// The tag field of a send that waits: who it waits for (checked when its descriptor comes).
+uint64_t waitKey(int32_t tag, uint16_t seq) {
+  return core::tags::data(0, seq, tag);
+}
+
+void unpost(core::Device& device, core::Operation& op) {
+  if (op.queued) device.unqueue(op);
+  if (op.inFlight) device.rail().cancel(&op.context);
+}
+
+// Posts the first segment of the send in `request` into the buffer `arrived` describes, or
+// tells the receiver that the message does not fit. Failures land in the request.
+void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arrived,
+                const BufferDescriptor& buffer) {
+  core::Operation& op = request.ops[0];
+  core::Device& device = comm.device();
+  uint64_t total = op.ignore;
+  // A send that waited holds its memory handle in remoteAddress (see Rdma::postSend).
+  auto* handle = reinterpret_cast<core::MemoryHandle*>(op.remoteAddress);
+  if (handle != nullptr) {
+    --handle->waitingSends;
+    if (handle->released) {
+      SendState& state = sendState(comm);
+      if (!state.warnedReleased) {  // an abort releases many: one WARN a comm
+        state.warnedReleased = true;
+        NNF_WARN(
+            "send of %llu bytes on comm %u: its buffer was deregistered before the receiver "
+            "asked for it; the send fails",
+            static_cast<unsigned long long>(total), comm.id());
+      }
+      request.state = core::Request::State::kFailed;
+      request.error = abi::kInternalError;
+      request.remaining = 0;
+      return;
+    }
+  }
+  bool withLength = device.immediateCarriesLength();
+  op.transferred = 0;
+  op.remoteAddress = buffer.address;
+  op.remoteKey = buffer.key;
+  request.remaining = 1;
+  if (total > buffer.size) {
+    NNF_WARN(
+        "send of %llu bytes on comm %u does not fit the receiver's %llu-byte buffer (tag %d): "
+        "nothing is sent, both sides fail",
+        static_cast<unsigned long long>(total), comm.id(),
+        static_cast<unsigned long long>(buffer.size), buffer.tag);
+    request.state = core::Request::State::kFailed;
+    request.error = abi::kInternalError;
+    op.length = 0;
+    op.ignore = 0;
+    op.tag = rdma::encodeData(comm.remoteId(), arrived.slot, arrived.index, 0,
+                              static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)));
+  } else {
+    uint64_t segment = std::min(total, rdma::kMaxSegmentBytes);
+    auto segments = static_cast<uint32_t>(
+        total == 0 ? 1 : (total + rdma::kMaxSegmentBytes - 1) / rdma::kMaxSegmentBytes);
+    op.length = segment;
+    op.ignore = total - segment;  // bytes after this segment
+    op.tag = rdma::encodeData(comm.remoteId(), arrived.slot, arrived.index, segments,
+                              withLength ? static_cast<uint32_t>(segment) : 0);
+  }
+  abi::Result result = device.post(op);
+  if (result != abi::kSuccess) {
+    request.remaining = 0;
+    request.state = core::Request::State::kFailed;
+    request.error = result;
+  }
+}
+
+}  // namespace
+
+abi::Result Rdma::startSend(core::SendComm& comm, ConnectInfo* info) {
+  auto state = std::make_unique<SendState>(*comm.device().rdmaArena());
+  if (!state->ring.acquire()) return abi::kSystemError;  // logged by the arena
+  info->ringAddress = state->ring->remoteAddress;
+  info->ringKey = state->ring->key;
+  state->closedAck.owner = &comm;
+  comm.setProtocolState(std::move(state));
+  return abi::kSuccess;
+}
+
+abi::Result Rdma::startRecv(core::RecvComm& comm, const ConnectInfo& info) {
+  auto state = std::make_unique<RecvState>(*comm.device().rdmaArena());
+  if (!state->staging.acquire()) return abi::kSystemError;
+  state->ringAddress = info.ringAddress;
+  state->ringKey = info.ringKey;
+  state->closeNotice.owner = &comm;
+  comm.setProtocolState(std::move(state));
+  return abi::kSuccess;
+}
+
+abi::Result Rdma::postSend(core::SendComm& comm, core::Request& request, void* data, size_t size,
+                           int tag, core::MemoryHandle* handle) {
+  int64_t next = comm.sequences().next(tag);
+  if (next < 0) {
+    NNF_WARN("comm %u carries more than %zu distinct NCCL tags", comm.id(),
+             comm.sequences().capacity());
+    return abi::kInternalError;
+  }
+  auto seq = static_cast<uint16_t>(next);
+  core::Operation& op = request.ops[0];
+  op.owner = &comm;
+  op.type = core::OpType::kWrite;
+  op.buffer = data;
+  op.ignore = size;  // the whole message until its descriptor comes
+  op.desc = handle != nullptr ? handle->desc : nullptr;
+  op.peer = comm.peer();
+  // Nothing is with the provider until the descriptor has come: a failure or abort before then
+  // returns the request to the pool at once.
+  request.remaining = 0;
+  SendState& state = sendState(comm);
+  op.remoteAddress = 0;  // no waiting: the handle was just checked by isend
+  Arrived arrived;
+  if (state.matcher.takeDescriptor(tag, seq, &arrived)) {
+    const auto* entries = reinterpret_cast<const BufferDescriptor*>(
+        state.ring->data + arrived.slot * rdma::kEntryBytes);
+    startWrite(comm, request, arrived, entries[arrived.index]);
+    return request.state == core::Request::State::kFailed && request.error != abi::kInternalError
+               ? request.error
+               : abi::kSuccess;
+  }
+  op.tag = waitKey(tag, seq);
+  // Until the write starts: NCCL may deregister the buffer meanwhile (deregMr, then close).
+  op.remoteAddress = reinterpret_cast<uintptr_t>(handle);
+  if (handle != nullptr) ++handle->waitingSends;
+  state.matcher.addWaiting(tag, seq, &request);
+  return abi::kSuccess;
+}
+
+abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int count,
+                           void* const* data, const size_t* sizes, const int* tags,
+                           core::MemoryHandle* const* handles) {
+  RecvState& state = recvState(comm);
+  uint32_t slot = state.freeSlot(comm);
+  if (slot == rdma::kSlots) return abi::kInProgress;
+  request.slot = static_cast<uint16_t>(slot);
+  core::Operation& write = state.write(slot);
+  auto* entries =
+      reinterpret_cast<BufferDescriptor*>(state.staging->data + slot * rdma::kEntryBytes);
+  uint64_t sizes64[rdma::kGroup];
+  for (int i = 0; i < count; ++i) {
+    int64_t next = comm.sequences().next(tags[i]);
+    if (next < 0) {
+      NNF_WARN("comm %u carries more than %zu distinct NCCL tags", comm.id(),
+               comm.sequences().capacity());
+      return abi::kInternalError;
+    }
+    core::MemoryHandle* handle = handles != nullptr ? handles[i] : nullptr;
+    BufferDescriptor& entry = entries[i];
+    if (handle != nullptr && handle->mr != nullptr) {
+      entry.address = handle->remoteAddress(data[i]);
+      entry.key = handle->key();
+    } else if (sizes[i] == 0) {
+      // Nothing will be written: any valid target does (our own staging entry).
+      entry.address = state.staging->remoteAddress;
+      entry.key = state.staging->key;
+    } else {
+      NNF_WARN(
+          "irecv: buffer %d (%zu bytes) on comm %u has no memory handle; the rdma protocol "
+          "writes only into registered buffers",
+          i, sizes[i], comm.id());
+      return abi::kInternalError;
+    }
+    entry.size = sizes[i];
+    entry.tag = tags[i];
+    entry.seq = static_cast<uint16_t>(next);
+    entry.reserved = 0;
+    sizes64[i] = sizes[i];
+    core::Operation& op = request.ops[i];
+    op.owner = &comm;
+    op.type = core::OpType::kRecv;  // never posted: the sender's writes complete it
+    op.buffer = data[i];
+    op.length = sizes[i];
+    op.transferred = 0;
+    op.tag = core::tags::data(comm.id(), static_cast<uint32_t>(next), tags[i]);
+  }
+  state.progress(slot).arm(static_cast<uint32_t>(count), sizes64);
+  state.request(slot) = &request;
+  request.remaining = static_cast<uint8_t>(count);
+
+  write.request = nullptr;
+  write.type = core::OpType::kWrite;
+  write.buffer = entries;
+  write.length = static_cast<size_t>(count) * sizeof(BufferDescriptor);
+  write.desc = state.staging->desc;
+  write.peer = comm.peer();
+  write.remoteAddress = state.ringAddress + slot * rdma::kEntryBytes;
+  write.remoteKey = state.ringKey;
+  write.tag = rdma::encodeDescriptors(comm.remoteId(), slot, static_cast<uint32_t>(count));
+  abi::Result result = comm.device().post(write);
+  if (result != abi::kSuccess) {
+    state.release(slot);
+    request.remaining = 0;
+  }
+  return result;
+}
+
+void Rdma::onRemoteWrite(core::Device& device, uint64_t data, size_t length) {
+  rdma::Immediate imm = rdma::decode(data);
+  core::Comm* comm = device.findComm(imm.commId);
+  if (imm.kind == rdma::ImmKind::kDescriptors) {
+    if (comm == nullptr || comm->kind() != core::Comm::Kind::kSend || comm->closed()) return;
+    auto& sender = static_cast<core::SendComm&>(*comm);
+    if (sender.protocolState() == nullptr) return;
+    SendState& state = sendState(sender);
+    const auto* entries =
+        reinterpret_cast<const BufferDescriptor*>(state.ring->data + imm.slot * rdma::kEntryBytes);
+    for (uint32_t i = 0; i < imm.count; ++i) {
+      const BufferDescriptor& buffer = entries[i];
+      Arrived arrived{buffer.tag, buffer.seq, static_cast<uint8_t>(imm.slot),
+                      static_cast<uint8_t>(i)};
+      auto* request =
+          static_cast<core::Request*>(state.matcher.takeWaiting(buffer.tag, buffer.seq));
+      // A waiting send that failed or was given up meanwhile is no longer waiting.
+      if (request != nullptr && request->state == core::Request::State::kActive &&
+          request->ops[0].tag == waitKey(buffer.tag, buffer.seq)) {
+        startWrite(sender, *request, arrived, buffer);
+      } else {
+        state.matcher.addDescriptor(arrived);
+      }
+    }
+    return;
+  }
+  if (comm == nullptr || comm->kind() != core::Comm::Kind::kRecv) return;  // closed meanwhile
+  auto& receiver = static_cast<core::RecvComm&>(*comm);
+  if (receiver.protocolState() == nullptr) return;
+  RecvState& state = recvState(receiver);
+  core::Request* request = state.requestAt(imm.slot);
+  uint64_t segmentBytes = device.immediateCarriesLength() ? imm.length : length;
+  uint64_t total = 0;
+  rdma::SegmentOutcome outcome =
+      request == nullptr
+          ? rdma::SegmentOutcome::kInvalid
+          : state.progress(imm.slot).onSegment(imm.index, imm.segments, segmentBytes, &total);
+  switch (outcome) {
+    case rdma::SegmentOutcome::kPending:
+      return;
+    case rdma::SegmentOutcome::kComplete:
+      receiver.onComplete(request->ops[imm.index], total);
+      break;
+    case rdma::SegmentOutcome::kTruncated: {
+      core::Operation& op = request->ops[imm.index];
+      size_t overflow =
+          device.immediateCarriesLength() && imm.length > op.length ? imm.length - op.length : 0;
+      receiver.onError(op, FI_ETRUNC, overflow, "message larger than the receive buffer");
+      break;
+    }
+    case rdma::SegmentOutcome::kInvalid:
+      if (!receiver.closed() && !warnedStray_) {
+        warnedStray_ = true;
+        NNF_WARN("comm %u: a write for request slot %u, buffer %u that no receive expects",
+                 receiver.id(), imm.slot, imm.index);
+      }
+      return;
+  }
+  if (request->remaining == 0) state.release(imm.slot);
+}
+
+bool Rdma::onOwnCompletion(core::DataComm& comm, core::Operation& op, int error) {
+  if (comm.protocolState() == nullptr) return false;
+  if (comm.kind() == core::Comm::Kind::kSend) return &op == &sendState(comm).closedAck;
+  RecvState& state = recvState(comm);
+  if (&op == &state.closeNotice) {
+    // A peer that cannot be told is gone: it writes nothing more either.
+    if (error != 0) state.awaitingAck = false;
+    return true;
+  }
+  uint32_t slot = state.slotOf(op);
+  if (slot == rdma::kSlots) return false;
+  if (error == 0) return true;
+  core::Request* request = state.request(slot);
+  state.release(slot);
+  if (request == nullptr || error == FI_ECANCELED) return true;
+  // No data will come for this request: it fails as one of its buffers would (one WARN a comm).
+  request->remaining = 1;
+  comm.onError(request->ops[0], error, 0, "writing the receive descriptors to the sender");
+  return true;
+}
+
+bool Rdma::continueWrite(core::DataComm& comm, core::Operation& op) {
+  if (op.ignore == 0 || op.request->state != core::Request::State::kActive) return false;
+  op.transferred += op.length;
+  op.buffer = static_cast<char*>(op.buffer) + op.length;
+  op.remoteAddress += op.length;
+  op.length = std::min(op.ignore, rdma::kMaxSegmentBytes);
+  op.ignore -= op.length;
+  if (comm.device().immediateCarriesLength()) {
+    op.tag = (op.tag & 0xffffffffu) | (uint64_t{op.length} << rdma::kLengthShift);
+  }
+  abi::Result result = comm.device().post(op);
+  if (result == abi::kSuccess) return true;
+  op.request->state = core::Request::State::kFailed;  // logged by the device
+  op.request->error = result;
+  return false;
+}
+
+void Rdma::forget(core::DataComm& comm, core::Request& request) {
+  if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return;
+  RecvState& state = recvState(comm);
+  if (state.requestAt(request.slot) == &request) state.release(request.slot);
+}
+
+int Rdma::ownInFlight(const core::DataComm& comm) const {
+  if (comm.protocolState() == nullptr) return 0;
+  if (comm.kind() == core::Comm::Kind::kSend) {
+    return static_cast<const SendState*>(comm.protocolState())->closedAck.inFlight ? 1 : 0;
+  }
+  auto& state = *static_cast<RecvState*>(comm.protocolState());
+  int count = 0;
+  state.forEachOwn([&count](const core::Operation& op) { count += op.inFlight ? 1 : 0; });
+  return count;
+}
+
+void Rdma::cancelOwn(core::DataComm& comm) {
+  if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return;
+  core::Device& device = comm.device();
+  RecvState& state = recvState(comm);
+  state.forEachOwn([&device, &state](core::Operation& op) {
+    if (&op != &state.closeNotice) unpost(device, op);
+  });
+}
+
+void Rdma::onClose(core::DataComm& comm) {
+  if (comm.protocolState() == nullptr) return;
+  if (comm.kind() == core::Comm::Kind::kSend) {
+    // Tell the receiver we write nothing more, once our last write has ended: its close may be
+    // waiting for that (our own close notice may never have reached it).
+    if (comm.remoteId() != 0) {
+      sendState(comm).ackOwed = true;
+      onWriteDone(comm);
+    }
+    return;
+  }
+  RecvState& state = recvState(comm);
+  if (comm.remoteId() == 0 || state.closeNotice.inFlight || state.closeNotice.queued) return;
+  for (uint32_t slot = 0; slot < rdma::kSlots; ++slot) {
+    if (state.requestAt(slot) != nullptr && !state.senderDone) state.awaitingAck = true;
+  }
+  uint8_t* buffer = state.staging->data + rdma::kRingBytes;
+  // A failure is the device's to log: the peer may be gone already, which is what it would hear.
+  comm.device().controlChannel().send(state.closeNotice, buffer, state.staging->desc, comm.peer(),
+                                      comm.remoteId(), core::wire::ControlKind::kClosed, nullptr,
+                                      0);
+}
+
+int Rdma::peerWritesPending(const core::DataComm& comm) const {
+  if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return 0;
+  return static_cast<const RecvState*>(comm.protocolState())->awaitingAck ? 1 : 0;
+}
+
+void Rdma::onPeerClosed(core::DataComm& comm) {
+  if (comm.kind() != core::Comm::Kind::kSend || comm.protocolState() == nullptr) return;
+  sendState(comm).ackOwed = true;
+  onWriteDone(comm);
+}
+
+void Rdma::onPeerClosedAck(core::DataComm& comm) {
+  if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return;
+  RecvState& state = recvState(comm);
+  state.awaitingAck = false;
+  state.senderDone = true;
+}
+
+void Rdma::onWriteDone(core::DataComm& comm) {
+  if (comm.kind() != core::Comm::Kind::kSend || comm.protocolState() == nullptr) return;
+  SendState& state = sendState(comm);
+  if (!state.ackOwed || comm.callerOpsInFlight() > 0 || state.closedAck.inFlight ||
+      state.closedAck.queued) {
+    return;
+  }
+  state.ackOwed = false;
+  // Sent after our last write completed; the receiver's close waits for it (or for our death).
+  uint8_t* buffer = state.ring->data + rdma::kRingBytes;
+  comm.device().controlChannel().send(state.closedAck, buffer, state.ring->desc, comm.peer(),
+                                      comm.remoteId(), core::wire::ControlKind::kClosedAck, nullptr,
+                                      0);
+}
+
+}  // namespace nnf::protocol

@@ -1,0 +1,45 @@
+// The rdma protocol: receiver-driven RMA writes. Each grouped receive writes its buffers'
+// descriptors (address, size, key, NCCL tag and sequence number) into the sender's descriptor
+// ring; each send waits for the descriptor of its (tag, sequence number) and writes the message
+// straight into the receiver's buffer with fi_writedata. Nothing arrives that the receiver did
+// not ask for (no unexpected messages, no provider buffering), and a message larger than its
+// buffer is refused by the sender before a byte moves: the send fails and the receiver hears of
+// it through a write of no bytes. Wire formats: protocol/rdma_wire.h.
+#pragma once
+
+#include "protocol/protocol.h"
+
+namespace nnf::protocol {
+
+class Rdma final : public Protocol {
+ public:
+  const char* name() const override { return "rdma"; }
+  ProtocolId id() const override { return ProtocolId::kRdma; }
+  abi::Result postSend(core::SendComm& comm, core::Request& request, void* data, size_t size,
+                       int tag, core::MemoryHandle* handle) override;
+  // kInProgress: the request's slot still has its previous descriptor write with the provider
+  // (NCCL retries the irecv).
+  abi::Result postRecv(core::RecvComm& comm, core::Request& request, int count, void* const* data,
+                       const size_t* sizes, const int* tags,
+                       core::MemoryHandle* const* handles) override;
+
+  abi::Result startSend(core::SendComm& comm, ConnectInfo* info) override;
+  abi::Result startRecv(core::RecvComm& comm, const ConnectInfo& info) override;
+  void onRemoteWrite(core::Device& device, uint64_t data, size_t length) override;
+  bool onOwnCompletion(core::DataComm& comm, core::Operation& op, int error) override;
+  bool continueWrite(core::DataComm& comm, core::Operation& op) override;
+  int ownInFlight(const core::DataComm& comm) const override;
+  void cancelOwn(core::DataComm& comm) override;
+  // A receive comm tells its sender (kClosed), whose waiting sends then fail instead of waiting.
+  void onClose(core::DataComm& comm) override;
+  int peerWritesPending(const core::DataComm& comm) const override;
+  void onPeerClosed(core::DataComm& comm) override;
+  void onPeerClosedAck(core::DataComm& comm) override;
+  void onWriteDone(core::DataComm& comm) override;
+  void forget(core::DataComm& comm, core::Request& request) override;
+
+ private:
+  bool warnedStray_ = false;  // one WARN for writes that name no receive
+};
+
+}  // namespace nnf::protocol

@@ -1,0 +1,125 @@
+// The order-free bookkeeping of the rdma protocol, kept apart from libfabric so that unit tests
+// can drive it with completions in any order (tests/unit/rdma_matching_test.cc).
+//
+// Sender: descriptors (one per receive buffer) and sends meet by (NCCL tag, sequence number);
+// whichever comes first waits in a fixed table for the other. Receiver: a buffer is complete
+// when every segment of its message has landed; segments and their lengths arrive in any order.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "protocol/rdma_wire.h"
+
+namespace nnf::protocol::rdma {
+
+// A descriptor that arrived before its send: where it lies in the sender's ring (the ring entry
+// stays valid until the send has written, since the receiver reuses a slot only after every
+// buffer of it completed).
+struct Arrived {
+  int32_t tag;
+  uint16_t seq;
+  uint8_t slot;
+  uint8_t index;
+};
+
+class SendMatcher {
+ public:
+  // Tables are reserved by first use (an idle comm holds none): descriptors for every buffer
+  // the receiver can describe at once, waiting sends for 64 (more grow the table once).
+  void addDescriptor(const Arrived& arrived) {
+    if (descriptors_.capacity() == 0) descriptors_.reserve(size_t{kSlots} * kGroup);
+    descriptors_.push_back(arrived);
+  }
+  // The descriptor for (tag, seq), removed from the table; false when it has not arrived.
+  bool takeDescriptor(int32_t tag, uint16_t seq, Arrived* out) {
+    return take(descriptors_, tag, seq, out);
+  }
+  // A send waits for its descriptor; `cookie` identifies it to the caller.
+  void addWaiting(int32_t tag, uint16_t seq, void* cookie) {
+    if (waiting_.capacity() == 0) waiting_.reserve(64);
+    waiting_.push_back(Waiting{tag, seq, cookie});
+  }
+  void* takeWaiting(int32_t tag, uint16_t seq) {
+    Waiting found;
+    return take(waiting_, tag, seq, &found) ? found.cookie : nullptr;
+  }
+  size_t descriptorsHeld() const { return descriptors_.size(); }
+  size_t sendsWaiting() const { return waiting_.size(); }
+
+ private:
+  struct Waiting {
+    int32_t tag;
+    uint16_t seq;
+    void* cookie;
+  };
+  // Few entries wait at a time: a linear search beats hashing. Oldest first, so that a stale
+  // entry (a send given up) is found before a newer one could be.
+  template <typename Entry>
+  static bool take(std::vector<Entry>& table, int32_t tag, uint16_t seq, Entry* out) {
+    for (size_t i = 0; i < table.size(); ++i) {
+      if (table[i].tag == tag && table[i].seq == seq) {
+        *out = table[i];
+        table.erase(table.begin() + static_cast<std::ptrdiff_t>(i));
+        return true;
+      }
+    }
+    return false;
+  }
+
+  std::vector<Arrived> descriptors_;
+  std::vector<Waiting> waiting_;
+};
+
+enum class SegmentOutcome : uint8_t { kPending, kComplete, kTruncated, kInvalid };
+
+// Segment accounting of one grouped receive (a descriptor slot).
+class SlotProgress {
+ public:
+  void arm(uint32_t count, const uint64_t* sizes) {
+    for (uint32_t i = 0; i < kGroup; ++i) {
+      Buffer& buffer = buffers_[i];
+      buffer = Buffer{};
+      buffer.armed = i < count;
+      buffer.capacity = i < count ? sizes[i] : 0;
+    }
+  }
+  void disarm() {
+    for (Buffer& buffer : buffers_) buffer.armed = false;
+  }
+  // One segment of `length` bytes landed in buffer `index`; the message has `segments` of them
+  // (0: a truncation notice). kComplete once all have; *total then holds the message's size.
+  SegmentOutcome onSegment(uint32_t index, uint32_t segments, uint64_t length, uint64_t* total) {
+    if (index >= kGroup || !buffers_[index].armed) return SegmentOutcome::kInvalid;
+    Buffer& buffer = buffers_[index];
+    if (segments == 0) {
+      buffer.armed = false;
+      return SegmentOutcome::kTruncated;
+    }
+    if (buffer.segments == 0) buffer.segments = static_cast<uint8_t>(segments);
+    if (buffer.segments != segments || buffer.seen >= segments ||
+        buffer.bytes + length > buffer.capacity) {
+      buffer.armed = false;
+      return SegmentOutcome::kInvalid;
+    }
+    buffer.bytes += length;
+    if (++buffer.seen < segments) return SegmentOutcome::kPending;
+    buffer.armed = false;
+    *total = buffer.bytes;
+    return SegmentOutcome::kComplete;
+  }
+
+ private:
+  struct Buffer {
+    uint64_t capacity = 0;
+    uint64_t bytes = 0;
+    uint8_t segments = 0;  // 0: none seen yet
+    uint8_t seen = 0;
+    bool armed = false;
+  };
+  Buffer buffers_[kGroup];
+};
+
+}  // namespace nnf::protocol::rdma

@@ -1,0 +1,98 @@
+// What the rdma protocol puts on the wire besides the data itself.
+//
+// The receiver describes each buffer of a grouped receive (BufferDescriptor) and writes the group
+// into the sender's descriptor ring with fi_writedata; the sender writes each message straight
+// into its buffer with fi_writedata. The immediate data (32 bits: EFA carries no more) says what
+// landed:
+//
+//   bit  31      kind: 0 data segment, 1 descriptors
+//   bits 30..13  comm id on the target side (18 bits, as in core/tags.h)
+//   bits 12..8   descriptor slot of the receive comm (one per receive in flight: at most 32)
+//   data:        bits 7..5 buffer index in the group, bits 4..0 segments of the message
+//                (0: the message did not fit; nothing was written)
+//   descriptors: bits 7..5 buffers in the group minus one
+//
+// Where the provider carries 8 bytes of immediate data (cq_data_size >= 8: shm, tcp) the upper
+// 32 bits hold the segment's length, because not every provider reports the length of a remote
+// write (tcp in libfabric 1.17 reports 0); a truncation notice carries there the size that was
+// sent. EFA (4 bytes) reports the length in the completion.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace nnf::protocol::rdma {
+
+constexpr int kCommIdBits = 18;
+constexpr uint32_t kMaxCommId = (1u << kCommIdBits) - 1;
+constexpr uint32_t kSlotBits = 5;
+constexpr uint32_t kSlots = 32;  // grouped receives in flight per comm (NCCL_NET_MAX_REQUESTS)
+constexpr uint32_t kGroup = 8;   // buffers per grouped receive
+constexpr uint32_t kMaxSegments = 31;  // segments one message may be cut into
+
+enum class ImmKind : uint8_t { kData, kDescriptors };
+
+struct Immediate {
+  ImmKind kind = ImmKind::kData;
+  uint32_t commId = 0;
+  uint32_t slot = 0;
+  uint32_t index = 0;     // kData
+  uint32_t segments = 0;  // kData; 0: truncation notice
+  uint32_t count = 0;     // kDescriptors
+  uint32_t length = 0;    // upper 32 bits (where the provider carries them)
+};
+
+constexpr uint64_t kLengthShift = 32;
+
+inline uint64_t encodeData(uint32_t commId, uint32_t slot, uint32_t index, uint32_t segments,
+                           uint32_t length) {
+  return (uint64_t{length} << kLengthShift) | (uint64_t{commId & kMaxCommId} << 13) |
+         (uint64_t{slot & ((1u << kSlotBits) - 1)} << 8) | (uint64_t{index & 7} << 5) |
+         (segments & kMaxSegments);
+}
+
+inline uint64_t encodeDescriptors(uint32_t commId, uint32_t slot, uint32_t count) {
+  return (uint64_t{1} << 31) | (uint64_t{commId & kMaxCommId} << 13) |
+         (uint64_t{slot & ((1u << kSlotBits) - 1)} << 8) | (uint64_t{(count - 1) & 7} << 5);
+}
+
+inline Immediate decode(uint64_t data) {
+  Immediate imm;
+  uint32_t low = static_cast<uint32_t>(data);
+  imm.kind = (low >> 31) != 0 ? ImmKind::kDescriptors : ImmKind::kData;
+  imm.commId = (low >> 13) & kMaxCommId;
+  imm.slot = (low >> 8) & ((1u << kSlotBits) - 1);
+  if (imm.kind == ImmKind::kData) {
+    imm.index = (low >> 5) & 7;
+    imm.segments = low & kMaxSegments;
+  } else {
+    imm.count = ((low >> 5) & 7) + 1;
+  }
+  imm.length = static_cast<uint32_t>(data >> kLengthShift);
+  return imm;
+}
+
+// One receive buffer as the sender sees it. `seq` counts messages per NCCL tag on the comm, so
+// the n-th send with tag t takes the n-th buffer with tag t, whatever order descriptors arrive in.
+struct BufferDescriptor {
+  uint64_t address;  // where the sender writes (the provider's addressing: virtual or offset)
+  uint64_t size;     // bytes the buffer holds
+  uint64_t key;      // remote key of its registration
+  int32_t tag;
+  uint16_t seq;
+  uint16_t reserved;
+};
+static_assert(sizeof(BufferDescriptor) == 32);
+
+// A group's descriptors take one ring entry; the ring has one entry per slot (8 KiB a comm, of
+// which only the pages of the slots in use are ever touched: slots are taken lowest first).
+constexpr size_t kEntryBytes = kGroup * sizeof(BufferDescriptor);
+constexpr size_t kRingBytes = kSlots * kEntryBytes;
+// The receiver's staging area ends with room for its close notice (a control header).
+constexpr size_t kNoticeBytes = 64;
+constexpr size_t kArenaSlotBytes = kRingBytes + kNoticeBytes;
+
+// Messages are cut into segments no longer than this, so that a length fits 32 bits.
+constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 31;
+
+}  // namespace nnf::protocol::rdma

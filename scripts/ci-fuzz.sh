@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz) with clang in build-fuzz, replays the committed
 # corpus, then fuzzes each target for FUZZ_SECONDS (default 20) and prints its executions.
+# (Any build, GCC too, runs the same targets without libFuzzer: ctest -R fuzz_smoke.)
 #
 #   scripts/ci-fuzz.sh                  # CI: 20 s per target
 #   FUZZ_SECONDS=3600 scripts/ci-fuzz.sh  # on demand: an hour per target

@@ -15,6 +15,18 @@ namespace {
 
 using core::wire::AcceptMessage;
 
+// The encoder gives back the accepted message, except for this process's pid and host id and
+// the reserved word it leaves zero.
+void checkReencodes(const std::vector<uint8_t>& bytes, const AcceptMessage& decoded) {
+  AcceptMessage expected;
+  memcpy(&expected, bytes.data(), sizeof(expected));
+  expected.pid = core::wire::localPid();
+  expected.hostId = core::wire::localHostId();
+  expected.reserved = 0;
+  AcceptMessage again = core::wire::makeAcceptMessage(decoded.recvCommId, decoded.senderCommId);
+  NNF_FUZZ_CHECK(memcmp(&again, &expected, sizeof(again)) == 0);
+}
+
 void decodeOnce(const std::vector<uint8_t>& bytes, uint32_t expectedSender) {
   AcceptMessage out;
   memset(&out, 0xEE, sizeof(out));
@@ -26,11 +38,13 @@ void decodeOnce(const std::vector<uint8_t>& bytes, uint32_t expectedSender) {
     return;
   }
   NNF_FUZZ_CHECK(bytes.size() == sizeof(AcceptMessage));
+  NNF_FUZZ_CHECK(memcmp(&out, bytes.data(), sizeof(out)) == 0);
   NNF_FUZZ_CHECK(out.magic == AcceptMessage::kMagic);
   NNF_FUZZ_CHECK(out.version == core::wire::kVersion);
   NNF_FUZZ_CHECK(out.length == sizeof(AcceptMessage));
   NNF_FUZZ_CHECK(out.senderCommId == expectedSender);
   NNF_FUZZ_CHECK(out.recvCommId <= core::tags::kMaxCommId);
+  checkReencodes(bytes, out);
 }
 
 }  // namespace

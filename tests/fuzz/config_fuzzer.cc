@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "env_input.h"
 #include "fuzz_common.h"
 
 namespace nnf::test {
@@ -54,31 +55,17 @@ void fuzzInt(const std::string& text, bool suffix) {
   }
 }
 
-// Config::load with one segment of the input per parameter (segments split at NUL); a segment
-// that is a single 0x01 byte, or a missing one, leaves the variable unset.
+// Config::load over the environment the input stands for (env_input.h).
 void fuzzLoad(const uint8_t* data, size_t size) {
-  std::vector<std::string> segments;
-  std::vector<bool> present;
-  size_t start = 0;
-  while (start <= size && segments.size() < config::table().size()) {
-    const void* nul = memchr(data + start, 0, size - start);
-    size_t end =
-        nul != nullptr ? static_cast<size_t>(static_cast<const uint8_t*>(nul) - data) : size;
-    std::string text(reinterpret_cast<const char*>(data + start), end - start);
-    present.push_back(text != "\x01");
-    segments.push_back(text);
-    start = end + 1;
-  }
-  auto lookup = [&](const char* name) -> const char* {
-    const auto& table = config::table();
-    for (size_t i = 0; i < table.size() && i < segments.size(); ++i) {
-      if (strcmp(table[i].envName, name) == 0) return present[i] ? segments[i].c_str() : nullptr;
-    }
-    return nullptr;
-  };
+  EnvInput env(data, size);
+  config::Lookup lookup = env.lookup();
   try {
     Config config = Config::load(lookup);
     for (const config::ParamSpec& spec : config::table()) {
+      // A set variable is taken as given; an unset one takes its default.
+      const char* given = lookup(spec.envName);
+      NNF_FUZZ_CHECK(config.userSet(spec.id) == (given != nullptr));
+      NNF_FUZZ_CHECK(config.string(spec.id) == (given != nullptr ? given : spec.defaultValue));
       if (spec.type == Type::kBool) {
         int64_t number = config.integer(spec.id);
         NNF_FUZZ_CHECK(number == 0 || number == 1);

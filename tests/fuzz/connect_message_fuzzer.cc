@@ -16,6 +16,31 @@ namespace {
 
 using core::wire::ConnectMessage;
 
+// Encodes what was decoded and compares bytes: the encoder must give back the very message,
+// except for what it takes from this process (pid, host id) and the bytes it leaves zero
+// (reserved, the address past its length). Decoding the re-encoded message gives the same fields.
+void checkReencodes(const std::vector<uint8_t>& bytes, const ConnectMessage& decoded) {
+  ConnectMessage expected;
+  memcpy(&expected, bytes.data(), sizeof(expected));
+  expected.pid = core::wire::localPid();
+  expected.hostId = core::wire::localHostId();
+  expected.reserved = 0;
+  memset(expected.address + expected.addressLength, 0,
+         core::wire::kMaxAddressLength - expected.addressLength);
+  ConnectMessage again = core::wire::makeConnectMessage(decoded.senderCommId, decoded.listenerId,
+                                                        decoded.address, decoded.addressLength);
+  NNF_FUZZ_CHECK(memcmp(&again, &expected, sizeof(again)) == 0);
+
+  ConnectMessage twice;
+  std::string reason;
+  NNF_FUZZ_CHECK(
+      core::wire::decodeConnectMessage(&again, sizeof(again), decoded.listenerId, &twice, &reason));
+  NNF_FUZZ_CHECK(twice.senderCommId == decoded.senderCommId);
+  NNF_FUZZ_CHECK(twice.listenerId == decoded.listenerId);
+  NNF_FUZZ_CHECK(twice.addressLength == decoded.addressLength);
+  NNF_FUZZ_CHECK(memcmp(twice.address, decoded.address, decoded.addressLength) == 0);
+}
+
 void decodeOnce(const std::vector<uint8_t>& bytes, uint32_t expectedListener) {
   ConnectMessage out;
   memset(&out, 0xEE, sizeof(out));
@@ -27,17 +52,15 @@ void decodeOnce(const std::vector<uint8_t>& bytes, uint32_t expectedListener) {
     return;
   }
   NNF_FUZZ_CHECK(bytes.size() == sizeof(ConnectMessage));
+  // The decoder hands over the message as it arrived, and only one that keeps every rule.
+  NNF_FUZZ_CHECK(memcmp(&out, bytes.data(), sizeof(out)) == 0);
   NNF_FUZZ_CHECK(out.magic == ConnectMessage::kMagic);
   NNF_FUZZ_CHECK(out.version == core::wire::kVersion);
   NNF_FUZZ_CHECK(out.length == sizeof(ConnectMessage));
   NNF_FUZZ_CHECK(out.listenerId == expectedListener);
   NNF_FUZZ_CHECK(out.senderCommId <= core::tags::kMaxCommId);
   NNF_FUZZ_CHECK(out.addressLength >= 1 && out.addressLength <= core::wire::kMaxAddressLength);
-  // Re-encoding what was accepted gives the same fields back: the two sides agree on the format.
-  ConnectMessage again = core::wire::makeConnectMessage(out.senderCommId, out.listenerId,
-                                                        out.address, out.addressLength);
-  NNF_FUZZ_CHECK(again.senderCommId == out.senderCommId);
-  NNF_FUZZ_CHECK(memcmp(again.address, out.address, out.addressLength) == 0);
+  checkReencodes(bytes, out);
 }
 
 }  // namespace

@@ -41,8 +41,10 @@ class CloseKilledPeer : public ::testing::TestWithParam<bool> {};
 
 TEST_P(CloseKilledPeer, CloseReturnsWithinHalfASecond) {
   const bool survivorSends = GetParam();
-  // The defaults: the bound must hold untuned.
-  ScopedEnv scoped("NCCL_FABRIC_PEER_CHECK_MS", "1000");
+  // The shipped defaults: the bound must hold untuned.
+  ScopedEnv scoped;
+  useShippedDefaults(scoped, {config::Param::kPeerCheckMs, config::Param::kRequestTimeoutS,
+                              config::Param::kCloseTimeoutMs});
   auto survivorBody = [&](Peer& peer, void* comm, bool send) {
     HostBuffer buffer(size_t{kSize} * kInFlight);
     void* mh;

@@ -5,7 +5,8 @@
 //
 // tcp may see the dead connection; shm cannot always (the provider has no notion of a peer going
 // away), so there the plugin's own liveness check (NCCL_FABRIC_PEER_CHECK_MS) must find it. The
-// test runs with the defaults: the bound must hold without tuning.
+// test runs with the shipped defaults of the timing parameters (none set): the bound must hold
+// without tuning.
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -189,11 +190,10 @@ class DeadPeer : public ::testing::TestWithParam<Scenario> {};
 
 TEST_P(DeadPeer, SurvivorFailsWithinTenSecondsAndClosesCleanly) {
   const Scenario scenario = GetParam();
-  // The plugin's defaults (NCCL_FABRIC_PEER_CHECK_MS=1000, NCCL_FABRIC_CLOSE_TIMEOUT_MS=5000)
-  // must meet the bounds by themselves: users tune nothing. Clear any override from outside.
-  ScopedEnv scoped({{"NCCL_FABRIC_PEER_CHECK_MS", "1000"},
-                    {"NCCL_FABRIC_REQUEST_TIMEOUT_S", "0"},
-                    {"NCCL_FABRIC_CLOSE_TIMEOUT_MS", "5000"}});
+  // The plugin's shipped defaults must meet the bounds by themselves: users tune nothing.
+  ScopedEnv scoped;
+  useShippedDefaults(scoped, {config::Param::kPeerCheckMs, config::Param::kRequestTimeoutS,
+                              config::Param::kCloseTimeoutMs});
 
   auto sender = [&](Peer& peer) {
     void* comm;

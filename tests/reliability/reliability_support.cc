@@ -102,22 +102,11 @@ void waitAll(std::vector<Child>& children, double timeoutSec) {
 
 }  // namespace
 
-ScopedEnv::ScopedEnv(std::vector<std::pair<std::string, std::string>> vars) {
-  for (auto& [name, value] : vars) {
-    const char* old = getenv(name.c_str());
-    wasSet_.push_back(old != nullptr);
-    saved_.emplace_back(name, old != nullptr ? old : "");
-    setenv(name.c_str(), value.c_str(), 1);
-  }
-}
-
-ScopedEnv::~ScopedEnv() {
-  for (size_t i = 0; i < saved_.size(); ++i) {
-    if (wasSet_[i]) {
-      setenv(saved_[i].first.c_str(), saved_[i].second.c_str(), 1);
-    } else {
-      unsetenv(saved_[i].first.c_str());
-    }
+void useShippedDefaults(ScopedEnv& env, std::initializer_list<config::Param> params) {
+  for (config::Param param : params) {
+    const config::ParamSpec& spec = config::spec(param);
+    env.unset(spec.envName);
+    fprintf(stderr, "[parent] shipped default %s=%s\n", spec.envName, spec.defaultValue);
   }
 }
 

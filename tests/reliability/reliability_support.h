@@ -1,35 +1,25 @@
 // Helpers the reliability tests need beyond tests/support: child processes that are allowed to
-// die (a dead peer is the point of some tests), process resource probes, scoped environment
-// variables and throw-away network namespaces.
+// die (a dead peer is the point of some tests), process resource probes and throw-away network
+// namespaces. Scoped environment variables come from support/scoped_env.h.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstddef>
 #include <functional>
+#include <initializer_list>
 #include <string>
-#include <utility>
-#include <vector>
 
+#include "config/config.h"
 #include "support/harness.h"
+#include "support/scoped_env.h"
 
 namespace nnf::test {
 
-// Sets environment variables for the lifetime of the object (children forked meanwhile inherit
-// them; the plugin reads its configuration at init, in the child) and restores them afterwards.
-class ScopedEnv {
- public:
-  explicit ScopedEnv(std::vector<std::pair<std::string, std::string>> vars);
-  ScopedEnv(const std::string& name, const std::string& value)
-      : ScopedEnv(std::vector<std::pair<std::string, std::string>>{{name, value}}) {}
-  ~ScopedEnv();
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::vector<std::pair<std::string, std::string>> saved_;
-  std::vector<bool> wasSet_;
-};
+// Unsets `params` for the lifetime of `env`, so that the children run with the plugin's shipped
+// defaults (an override from outside is removed, not replaced by a copy of today's default), and
+// logs the default each one takes.
+void useShippedDefaults(ScopedEnv& env, std::initializer_list<config::Param> params);
 
 // Open file descriptors of this process (/proc/self/fd).
 int openFdCount();

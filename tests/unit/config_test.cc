@@ -2,7 +2,9 @@
 // must fail loudly, naming the variable.
 #include "config/config.h"
 
+#include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -86,15 +88,53 @@ TEST(ConfigLoad, DefaultsWhenNothingIsSet) {
   }
 }
 
-TEST(ConfigLoad, KnownDefaults) {
+// The shipped defaults, written out by hand: a change to any default in params.def must show up
+// here as a deliberate edit, not pass because the test reads the same table it checks.
+struct ShippedDefault {
+  Param id;
+  const char* envName;
+  const char* text;  // the value as Config::string returns it
+  int64_t number;    // Config::integer for bool/int/size rows (0 for strings and enums)
+};
+const ShippedDefault kShippedDefaults[] = {
+    {Param::kProvider, "NCCL_FABRIC_PROVIDER", "", 0},
+    {Param::kProtocol, "NCCL_FABRIC_PROTOCOL", "auto", 0},
+    {Param::kMaxRecvs, "NCCL_FABRIC_MAX_RECVS", "8", 8},
+    {Param::kInject, "NCCL_FABRIC_INJECT", "1", 1},
+    {Param::kCqReadCount, "NCCL_FABRIC_CQ_READ_COUNT", "32", 32},
+    {Param::kDefaultSpeedMbps, "NCCL_FABRIC_DEFAULT_SPEED_MBPS", "100000", 100000},
+    {Param::kDeviceLatencyUs, "NCCL_FABRIC_LATENCY_US", "0", 0},
+    {Param::kCloseTimeoutMs, "NCCL_FABRIC_CLOSE_TIMEOUT_MS", "10000", 10000},
+    {Param::kMrCache, "NCCL_FABRIC_MR_CACHE", "1", 1},
+    {Param::kMrCacheMaxEntries, "NCCL_FABRIC_MR_CACHE_MAX_ENTRIES", "0", 0},
+    {Param::kMrCacheMaxBytes, "NCCL_FABRIC_MR_CACHE_MAX_BYTES", "0", 0},
+    {Param::kCudaLibrary, "NCCL_FABRIC_CUDA_LIBRARY", "", 0},
+    {Param::kGdr, "NCCL_FABRIC_GDR", "auto", 0},
+    {Param::kGdrFlush, "NCCL_FABRIC_GDR_FLUSH", "read", 0},
+    {Param::kDmaBuf, "NCCL_FABRIC_DMABUF", "auto", 0},
+    {Param::kRails, "NCCL_FABRIC_RAILS", "", 0},
+    {Param::kPeerCheckMs, "NCCL_FABRIC_PEER_CHECK_MS", "1000", 1000},
+    // Healthy ranks wait for hours (checkpoints, evaluation): no request timeout unless asked.
+    {Param::kRequestTimeoutS, "NCCL_FABRIC_REQUEST_TIMEOUT_S", "0", 0},
+};
+
+TEST(ConfigLoad, ShippedDefaultsAreTheOnesWrittenHere) {
+  // Every row is listed: a new parameter needs its default pinned here too.
+  ASSERT_EQ(std::size(kShippedDefaults), config::table().size());
   Env env;
   Config config = Config::load(env.lookup());
-  EXPECT_EQ(config.integer(Param::kMaxRecvs), 8);
-  EXPECT_EQ(config.string(Param::kProtocol), "auto");
-  EXPECT_EQ(config.string(Param::kProvider), "");
-  EXPECT_EQ(config.integer(Param::kCloseTimeoutMs), 10000);
-  // Healthy ranks wait for hours (checkpoints, evaluation): no request timeout unless asked.
-  EXPECT_EQ(config.integer(Param::kRequestTimeoutS), 0);
+  for (size_t i = 0; i < std::size(kShippedDefaults); ++i) {
+    const ShippedDefault& expected = kShippedDefaults[i];
+    const config::ParamSpec& row = config::spec(expected.id);
+    SCOPED_TRACE(expected.envName);
+    EXPECT_EQ(static_cast<size_t>(expected.id), i) << "listed out of table order";
+    EXPECT_STREQ(row.envName, expected.envName);
+    EXPECT_STREQ(row.defaultValue, expected.text);
+    EXPECT_EQ(config.string(expected.id), expected.text);
+    if (row.type == Type::kBool || row.type == Type::kInt || row.type == Type::kSize) {
+      EXPECT_EQ(config.integer(expected.id), expected.number);
+    }
+  }
 }
 
 TEST(ConfigLoad, UserValuesAreTakenAndMarkedSet) {

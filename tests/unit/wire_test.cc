@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "core/tags.h"
 
@@ -11,6 +13,30 @@ namespace nnf::core {
 namespace {
 
 const uint8_t kAddress[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+
+// A handle edited after encoding, with its checksum made valid again: only such a handle
+// reaches the checks behind the checksum (provider, address length, listener id).
+wire::ListenHandle resealed(wire::ListenHandle handle) {
+  handle.checksum = wire::handleChecksum(handle);
+  return handle;
+}
+
+// gtest's failure text for `reason` not naming `expected`: what the decoder said instead.
+::testing::AssertionResult names(const std::string& reason, const std::string& expected) {
+  if (reason.find(expected) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << (reason.empty() ? "accepted" : "rejected as \"" + reason + "\"")
+         << ", expected a rejection naming \"" << expected << "\"";
+}
+
+// The decoder's verdict on `handle` as a listen handle of shm: "" when accepted, else the reason.
+std::string rejection(const wire::ListenHandle& handle) {
+  wire::ListenHandle decoded;
+  std::string reason;
+  if (wire::decodeListenHandle(&handle, sizeof(handle), "shm", &decoded, &reason)) return "";
+  EXPECT_FALSE(reason.empty()) << "rejected without a reason";
+  return reason;
+}
 
 TEST(ListenHandle, RoundTrips) {
   wire::ListenHandle handle = wire::makeListenHandle(42, "shm", kAddress, sizeof(kAddress));
@@ -33,7 +59,7 @@ TEST(ListenHandle, RejectsForeignProvider) {
   wire::ListenHandle decoded;
   std::string reason;
   EXPECT_FALSE(wire::decodeListenHandle(&handle, sizeof(handle), "shm", &decoded, &reason));
-  EXPECT_NE(reason.find("another libfabric provider"), std::string::npos) << reason;
+  EXPECT_TRUE(names(reason, "another libfabric provider"));
 }
 
 TEST(ListenHandle, RejectsZerosGarbageAndTruncation) {
@@ -41,22 +67,17 @@ TEST(ListenHandle, RejectsZerosGarbageAndTruncation) {
   std::string reason;
   uint8_t zeros[128] = {};
   EXPECT_FALSE(wire::decodeListenHandle(zeros, sizeof(zeros), "shm", &decoded, &reason));
-  EXPECT_NE(reason.find("magic"), std::string::npos);
+  EXPECT_TRUE(names(reason, "foreign magic"));
 
   wire::ListenHandle handle = wire::makeListenHandle(1, "shm", kAddress, sizeof(kAddress));
   EXPECT_FALSE(wire::decodeListenHandle(&handle, 64, "shm", &decoded, &reason));
+  EXPECT_TRUE(names(reason, "is 64 bytes, expected 128"));
   EXPECT_FALSE(wire::decodeListenHandle(nullptr, sizeof(handle), "shm", &decoded, &reason));
+  EXPECT_TRUE(names(reason, "NULL"));
 
-  wire::ListenHandle badLength = handle;
-  badLength.addressLength = 200;
-  EXPECT_FALSE(wire::decodeListenHandle(&badLength, sizeof(badLength), "shm", &decoded, &reason));
   wire::ListenHandle badVersion = handle;
   badVersion.version = 99;
-  EXPECT_FALSE(wire::decodeListenHandle(&badVersion, sizeof(badVersion), "shm", &decoded, &reason));
-  EXPECT_NE(reason.find("version 99"), std::string::npos);
-  wire::ListenHandle badId = handle;
-  badId.listenerId = tags::kMaxCommId + 1;
-  EXPECT_FALSE(wire::decodeListenHandle(&badId, sizeof(badId), "shm", &decoded, &reason));
+  EXPECT_TRUE(names(rejection(resealed(badVersion)), "version 99"));
 
   std::mt19937 random(7);
   for (int i = 0; i < 1000; ++i) {
@@ -64,6 +85,52 @@ TEST(ListenHandle, RejectsZerosGarbageAndTruncation) {
     for (uint8_t& byte : noise) byte = static_cast<uint8_t>(random());
     EXPECT_FALSE(wire::decodeListenHandle(noise, sizeof(noise), "shm", &decoded, &reason));
   }
+}
+
+TEST(ListenHandle, ChecksumCatchesAnyChangedByteButTheConnectToken) {
+  const wire::ListenHandle handle = wire::makeListenHandle(1, "shm", kAddress, sizeof(kAddress));
+  const size_t tokenAt = offsetof(wire::ListenHandle, connectToken);
+  const size_t checksumAt = offsetof(wire::ListenHandle, checksum);
+  // Past magic and version, whose own checks come first and name them instead.
+  for (size_t at = offsetof(wire::ListenHandle, addressLength); at < sizeof(handle); ++at) {
+    if (at >= checksumAt && at < checksumAt + sizeof(handle.checksum)) continue;
+    wire::ListenHandle changed = handle;
+    reinterpret_cast<uint8_t*>(&changed)[at] ^= 0x40;
+    std::string reason = rejection(changed);
+    if (at >= tokenAt && at < tokenAt + sizeof(handle.connectToken)) {
+      // connect() writes its token into NCCL's copy of the handle: the copy stays valid.
+      EXPECT_EQ(reason, "") << "byte " << at;
+    } else {
+      EXPECT_TRUE(names(reason, "checksum mismatch")) << "byte " << at;
+    }
+  }
+}
+
+TEST(ListenHandle, RejectsAddressLengthOutsideOneToMaxBehindAValidChecksum) {
+  const wire::ListenHandle handle = wire::makeListenHandle(1, "shm", kAddress, sizeof(kAddress));
+  for (uint16_t length : {0, 97, 128, 200, 0xffff}) {
+    wire::ListenHandle bad = handle;
+    bad.addressLength = length;
+    EXPECT_TRUE(names(rejection(resealed(bad)), "address length of " + std::to_string(length)))
+        << length;
+  }
+  for (uint16_t length : {1, 96}) {
+    wire::ListenHandle good = handle;
+    good.addressLength = length;
+    EXPECT_EQ(rejection(resealed(good)), "") << length;
+  }
+}
+
+TEST(ListenHandle, RejectsOutOfRangeListenerIdBehindAValidChecksum) {
+  const wire::ListenHandle handle = wire::makeListenHandle(1, "shm", kAddress, sizeof(kAddress));
+  for (uint32_t id : {tags::kMaxCommId + 1, tags::kMaxCommId << 1, 0xffffffffu}) {
+    wire::ListenHandle bad = handle;
+    bad.listenerId = id;
+    EXPECT_TRUE(names(rejection(resealed(bad)), "out-of-range listener id")) << id;
+  }
+  wire::ListenHandle highest = handle;
+  highest.listenerId = tags::kMaxCommId;
+  EXPECT_EQ(rejection(resealed(highest)), "");
 }
 
 TEST(ListenHandle, RefusesOversizedAddress) {
@@ -77,15 +144,49 @@ TEST(ConnectMessage, RoundTripsAndChecksListener) {
   std::string reason;
   ASSERT_TRUE(wire::decodeConnectMessage(&message, sizeof(message), 3, &decoded, &reason));
   EXPECT_EQ(decoded.senderCommId, 9u);
+  EXPECT_EQ(decoded.listenerId, 3u);
+  EXPECT_EQ(decoded.addressLength, sizeof(kAddress));
+  EXPECT_EQ(memcmp(decoded.address, kAddress, sizeof(kAddress)), 0);
+  EXPECT_EQ(decoded.pid, wire::localPid());
+  EXPECT_EQ(decoded.hostId, wire::localHostId());
   EXPECT_FALSE(wire::decodeConnectMessage(&message, sizeof(message), 4, &decoded, &reason));
-  EXPECT_NE(reason.find("listener 3"), std::string::npos) << reason;
+  EXPECT_TRUE(names(reason, "listener 3, not 4"));
   EXPECT_FALSE(wire::decodeConnectMessage(&message, sizeof(message) - 1, 3, &decoded, &reason));
-  wire::ConnectMessage lying = message;
-  lying.length = 4000;
-  EXPECT_FALSE(wire::decodeConnectMessage(&lying, sizeof(lying), 3, &decoded, &reason));
-  wire::ConnectMessage noAddress = message;
-  noAddress.addressLength = 0;
-  EXPECT_FALSE(wire::decodeConnectMessage(&noAddress, sizeof(noAddress), 3, &decoded, &reason));
+  EXPECT_TRUE(names(reason, "is 127 bytes, expected 128"));
+}
+
+// Each field the decoder checks, broken alone in an otherwise valid message: rejected, for the
+// reason that names it (the message has no checksum; every check is reachable).
+TEST(ConnectMessage, RejectsEachBadFieldForItsOwnReason) {
+  const wire::ConnectMessage message = wire::makeConnectMessage(9, 3, kAddress, sizeof(kAddress));
+  auto rejection = [](const wire::ConnectMessage& bad) -> std::string {
+    wire::ConnectMessage decoded;
+    std::string reason;
+    if (wire::decodeConnectMessage(&bad, sizeof(bad), 3, &decoded, &reason)) return "";
+    return reason;
+  };
+  wire::ConnectMessage bad = message;
+  bad.magic ^= 1;
+  EXPECT_TRUE(names(rejection(bad), "foreign magic"));
+  bad = message;
+  bad.version = 2;
+  EXPECT_TRUE(names(rejection(bad), "version 2"));
+  bad = message;
+  bad.length = 4000;
+  EXPECT_TRUE(names(rejection(bad), "declares 4000 bytes"));
+  for (uint16_t length : {0, 97, 0xffff}) {
+    bad = message;
+    bad.addressLength = length;
+    EXPECT_TRUE(names(rejection(bad), "invalid address length")) << length;
+  }
+  bad = message;
+  bad.senderCommId = tags::kMaxCommId + 1;
+  EXPECT_TRUE(names(rejection(bad), "comm id"));
+  // The limits themselves are valid.
+  bad = message;
+  bad.senderCommId = tags::kMaxCommId;
+  bad.addressLength = wire::kMaxAddressLength;
+  EXPECT_EQ(rejection(bad), "");
 }
 
 TEST(AcceptMessage, RoundTripsAndChecksSender) {
@@ -94,8 +195,38 @@ TEST(AcceptMessage, RoundTripsAndChecksSender) {
   std::string reason;
   ASSERT_TRUE(wire::decodeAcceptMessage(&message, sizeof(message), 5, &decoded, &reason));
   EXPECT_EQ(decoded.recvCommId, 11u);
+  EXPECT_EQ(decoded.senderCommId, 5u);
+  EXPECT_EQ(decoded.pid, wire::localPid());
+  EXPECT_EQ(decoded.hostId, wire::localHostId());
   EXPECT_FALSE(wire::decodeAcceptMessage(&message, sizeof(message), 6, &decoded, &reason));
+  EXPECT_TRUE(names(reason, "does not answer this connection"));
   EXPECT_FALSE(wire::decodeAcceptMessage(&message, 3, 5, &decoded, &reason));
+  EXPECT_TRUE(names(reason, "is 3 bytes, expected 32"));
+}
+
+TEST(AcceptMessage, RejectsEachBadFieldForItsOwnReason) {
+  const wire::AcceptMessage message = wire::makeAcceptMessage(11, 5);
+  auto rejection = [](const wire::AcceptMessage& bad) -> std::string {
+    wire::AcceptMessage decoded;
+    std::string reason;
+    if (wire::decodeAcceptMessage(&bad, sizeof(bad), 5, &decoded, &reason)) return "";
+    return reason;
+  };
+  wire::AcceptMessage bad = message;
+  bad.magic ^= 1;
+  EXPECT_TRUE(names(rejection(bad), "foreign magic"));
+  bad = message;
+  bad.version = 0;
+  EXPECT_TRUE(names(rejection(bad), "version 0"));
+  bad = message;
+  bad.length = 33;
+  EXPECT_TRUE(names(rejection(bad), "does not answer"));
+  bad = message;
+  bad.recvCommId = tags::kMaxCommId + 1;
+  EXPECT_TRUE(names(rejection(bad), "does not answer"));
+  bad = message;
+  bad.recvCommId = tags::kMaxCommId;
+  EXPECT_EQ(rejection(bad), "");
 }
 
 TEST(Tags, FieldsDoNotOverlap) {

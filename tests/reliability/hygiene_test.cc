@@ -1,6 +1,7 @@
 // Resource hygiene: opening and closing comms, and registering and deregistering memory, many
-// thousands of times must leave the process as it found it: file descriptors and resident memory
-// flat once the first rounds have warmed up caches, pools and the provider's address vector.
+// thousands of times must leave the process as it found it: file descriptors, the heap and
+// resident memory flat once the first rounds have warmed up caches, pools and the provider's
+// address vector.
 // A leak of one descriptor or a few hundred bytes per comm would take a long job down.
 //
 // Counts: NNF_HYGIENE_COMMS (default 10000) comm pairs and NNF_HYGIENE_MRS (default 10000)

@@ -146,4 +146,9 @@ bool wildcardReceivesSafe(Family family, uint32_t fiVersion) {
   return !(family == Family::kShm && FI_MAJOR(fiVersion) < 2);
 }
 
+size_t truncationReportLimit(Family family) {
+  constexpr size_t kShmInjectSize = 4096;
+  return family == Family::kShm ? kShmInjectSize : 0;
+}
+
 }  // namespace nnf::platform

@@ -97,4 +97,9 @@ bool tagFormatFits(uint64_t memTagFormat, uint64_t bitsUsed, std::string* why);
 // another comm's buffer. `fiVersion` is fi_version() at run time.
 bool wildcardReceivesSafe(Family family, uint32_t fiVersion);
 
+// The largest message whose truncation (a send larger than its receive) the provider reports; 0:
+// any size. libfabric's shm (1.17 and 2.1 alike) never completes a receive that a message sent
+// by CMA/SAR (above its 4 KiB inject size) overflows. provider_quirks_test checks it.
+size_t truncationReportLimit(Family family);
+
 }  // namespace nnf::platform

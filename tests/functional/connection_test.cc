@@ -1,5 +1,7 @@
 // The connection life cycle as NCCL runs it: properties, many comms at once, close and
 // reconnect, closing with requests still posted, and iflush on host memory.
+#include <rdma/fabric.h>
+
 #include <cstring>
 #include <set>
 #include <string>
@@ -7,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "platform/provider_rules.h"
 #include "support/harness.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
@@ -214,11 +217,12 @@ TEST(Connections, CloseAndReconnectTwentyTimesInOneProcess) {
 }
 
 TEST(Connections, ClosingWithRequestsPostedIsSafe) {
-  // shm answers sends in order: a large send that is never received stays at the head of the
-  // sender's queue and holds back every later send completion to that peer. NCCL closes comms
-  // only when idle, so this only follows an abort (docs/troubleshooting.md). On shm, pair B
-  // closes without the unmatched send; everything else is the same.
-  const bool unmatchedSend = test::testProvider() != "shm";
+  // Pair B's unreceived send needs the closed comm's id drained: without a drain (shm before
+  // libfabric 2.0, where wildcard receives are unsafe) the send stays at the head of the sender's
+  // queue and holds back pair C's (docs/troubleshooting.md). There pair B closes without it, and
+  // the test says so by skipping once pairs A and C have passed.
+  const bool unmatchedSend =
+      platform::wildcardReceivesSafe(platform::familyOf(test::testProvider()), fi_version());
   // Comm pair A gets a receive nobody sends to, pair B a send nobody receives (large, so it
   // cannot complete eagerly); both are closed under their requests. Pair C must then work, and
   // none of B's data may surface in it.
@@ -282,6 +286,10 @@ TEST(Connections, ClosingWithRequestsPostedIsSafe) {
     closeListen(peer, listenC);
   };
   runTwoProcesses(sender, receiver);
+  if (!unmatchedSend && !HasFailure()) {
+    GTEST_SKIP() << "pair B's unreceived send left out: shm before libfabric 2.0 does not drain "
+                    "closed comms (pairs A and C passed)";
+  }
 }
 
 TEST(Flush, HostMemoryNeedsNoFlush) {
@@ -309,10 +317,9 @@ TEST(Flush, HostMemoryNeedsNoFlush) {
     void* data = buffer.data();
     void* flush = reinterpret_cast<void*>(0x1);  // must be overwritten
     ASSERT_EQ(peer.net->iflush(comm, 1, &data, &size, &mh, &flush), abi::kSuccess);
-    if (flush != nullptr) {
-      ASSERT_NE(flush, reinterpret_cast<void*>(0x1)) << "iflush left its request unset";
-      ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
-    }
+    // NCCL's contract: a NULL request means "no flush needed"; host memory never needs one, so
+    // a request here is a needless round trip on every receive.
+    ASSERT_EQ(flush, nullptr) << "iflush of host memory returned a request (or left it unset)";
     EXPECT_TRUE(verifyPattern(buffer.data(), kSize, 60));
     dereg(peer, comm, mh);
     closeRecv(peer, comm);

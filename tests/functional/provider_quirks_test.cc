@@ -5,9 +5,14 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -91,6 +96,99 @@ TEST(ProviderQuirks, WildcardReceiveRuleMatchesTheProvider) {
                                << FI_MINOR(fi_version())
                                << (mismatched ? ": matched a message of another tag"
                                               : ": matched correctly, though the rule says not");
+}
+
+// What became of a receive of `posted` bytes that met a send of `sent` bytes.
+enum class Truncation { kReported, kOtherResult, kHung, kNotRun };
+
+const char* truncationName(Truncation seen) {
+  switch (seen) {
+    case Truncation::kReported:
+      return "reported the truncation";
+    case Truncation::kOtherResult:
+      return "completed the receive without reporting a truncation";
+    case Truncation::kHung:
+      return "never completed the receive";
+    case Truncation::kNotRun:
+      return "could not run the check";
+  }
+  return "?";
+}
+
+// Child side, as its exit code: 0 when the receive fails with FI_ETRUNC (libfabric 1.17's shm
+// sets err to -FI_ETRUNC: for this rule a report all the same), 1 when it ends otherwise, 2 when
+// the check cannot run, 3 when the receive never completes. A provider may also spin inside
+// fi_cq_read instead: the parent kills the child then.
+[[noreturn]] void truncateToSelf(size_t sent, size_t posted) {
+  int code = 2;
+  try {
+    fabric::ProviderChoice choice = fabric::selectProvider("");
+    fabric::Rail rail(choice.domains.at(0).get(), 0);
+    fi_addr_t self = FI_ADDR_UNSPEC;
+    std::vector<char> out(sent, 'x'), in(sent);
+    fi_context2 send{}, recv{};
+    if (!rail.needsLocalRegistration() &&
+        rail.insertAddress(rail.address().data(), rail.address().size(), &self) == 0 &&
+        rail.trecv(in.data(), posted, nullptr, FI_ADDR_UNSPEC, 7, 0, &recv) == 0 &&
+        sendToSelf(rail, self, out.data(), sent, 7, &send)) {
+      code = 3;
+      // Truncations are reported within milliseconds; 3 s means never.
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      while (code == 3 && std::chrono::steady_clock::now() < deadline) {
+        fi_cq_tagged_entry entry{};
+        ssize_t n = rail.readCompletions(&entry, 1);
+        if (n == 1 && entry.op_context == &recv) code = 1;
+        fi_cq_err_entry error{};
+        const char* text = nullptr;
+        if (n == -FI_EAVAIL && rail.readError(&error, &text) > 0 && error.op_context == &recv)
+          code = error.err == FI_ETRUNC || error.err == -FI_ETRUNC ? 0 : 1;
+      }
+    }
+  } catch (...) {
+  }
+  _exit(code);
+}
+
+Truncation truncateInChild(size_t sent, size_t posted) {
+  pid_t pid = fork();
+  if (pid < 0) return Truncation::kNotRun;
+  if (pid == 0) truncateToSelf(sent, posted);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return Truncation::kHung;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) == 2) return Truncation::kNotRun;
+  if (WEXITSTATUS(status) == 3) return Truncation::kHung;
+  return WEXITSTATUS(status) == 0 ? Truncation::kReported : Truncation::kOtherResult;
+}
+
+// A message on each side of the rule's limit meets a smaller receive: within the limit the
+// provider must report the truncation, beyond it the rule says it never does.
+TEST(ProviderQuirks, TruncationReportLimitMatchesTheProvider) {
+  const std::string provider = testProvider();
+  if (provider == "efa") GTEST_SKIP() << "the EFA-rules stand-in: its base provider is tested";
+  const size_t limit = platform::truncationReportLimit(platform::familyOf(provider));
+  constexpr size_t kSmall = 2048;   // within every provider's inject size
+  constexpr size_t kLarge = 65536;  // sent by rendezvous or CMA/SAR everywhere
+  Truncation small = truncateInChild(kSmall, kSmall / 2);
+  EXPECT_STREQ(truncationName(small), truncationName(Truncation::kReported))
+      << provider << ": " << kSmall << " B into " << kSmall / 2 << " B: " << truncationName(small);
+  Truncation large = truncateInChild(kLarge, kLarge / 2);
+  if (limit == 0 || kLarge <= limit) {
+    EXPECT_STREQ(truncationName(large), truncationName(Truncation::kReported))
+        << provider << ": " << kLarge << " B into " << kLarge / 2
+        << " B: " << truncationName(large);
+  } else {
+    EXPECT_STREQ(truncationName(large), truncationName(Truncation::kHung))
+        << provider << " " << truncationName(large) << " for " << kLarge << " B into " << kLarge / 2
+        << " B, though the rule says it reports no truncation above " << limit << " B";
+  }
 }
 
 }  // namespace

@@ -147,6 +147,16 @@ int shell(const std::string& command) {
                            : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
+std::string shellOutput(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return "";
+  std::string out;
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) out.append(buffer, n);
+  pclose(pipe);
+  return out;
+}
+
 void runBare(const std::function<void()>& body, double timeoutSec) {
   std::vector<Child> children(1);
   children[0].role = "bare";

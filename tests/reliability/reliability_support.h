@@ -56,6 +56,9 @@ void runBare(const std::function<void()>& body, double timeoutSec = 60);
 // Runs a shell command; returns its exit status (-1 when it could not be run). Output goes to
 // stderr so that a failing set-up is visible in the test log.
 int shell(const std::string& command);
+// Runs a shell command and returns what it wrote to stdout ("" when it could not be run); its
+// stderr goes to the test log.
+std::string shellOutput(const std::string& command);
 
 // A pair of network namespaces joined by a veth pair, created by the constructor and always
 // deleted by the destructor (and by the parent if the test crashes midway: names carry the pid,

@@ -23,6 +23,7 @@
 #include "support/harness.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
+#include "support/scoped_env.h"
 #include "support/test_env.h"
 
 namespace nnf::test {
@@ -385,6 +386,94 @@ TEST(Close, HundredBusyCommsCloseUnderTwoSecondsAndIdleOnesUnderOneMillisecond) 
 // Messages sent to comms the peer has closed are consumed and discarded: afterwards new comms
 // connect and move verified data (shm would otherwise keep each one in one of its 1,024 receive
 // slots; tcp would keep the sender waiting). NNF_DRAIN_MESSAGES sets the count (10,000 in CI).
+// A close that gives up (NCCL_FABRIC_CLOSE_TIMEOUT_MS: the peer is alive but takes nothing)
+// returns with its sends still held by the provider. The comm must outlive them: when the peer
+// finally takes the messages, their completions come back to it, and the process goes on
+// working. A comm freed at close would be used after free here (a crash, or ASan's report).
+TEST(Close, AGivenUpCloseKeepsItsCommUntilTheProviderReturnsItsSends) {
+  constexpr int kSends = 16;
+  constexpr size_t kSize = 4 << 20;  // 64 MiB in all: more than tcp's socket buffers hold
+  ScopedEnv env;
+  env.set("NCCL_FABRIC_CLOSE_TIMEOUT_MS", "300");
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    // The buffers stay allocated to the end, as the close WARN asks.
+    HostBuffer out(kSends * kSize);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, out.data(), out.size(), &mh));
+    for (int i = 0; i < kSends; ++i) {
+      fillPattern(out.data() + i * kSize, kSize, 300 + i);
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(
+          postSend(peer, comm, out.data() + i * kSize, kSize, kTag, mh, &request));
+    }
+    peer.resetWarnings();
+    auto start = Clock::now();
+    EXPECT_EQ(peer.net->deregMr(comm, mh), abi::kSuccess);
+    EXPECT_EQ(peer.net->closeSend(comm), abi::kSuccess);
+    EXPECT_GE(msSince(start), 250) << "the close did not wait for its sends";
+    int given = 0;
+    for (const std::string& text : peer.warningTexts())
+      given += text.find("still held by the provider") != std::string::npos;
+    EXPECT_EQ(given, 1) << "the receiver took nothing: the close gives up with one WARN";
+    ASSERT_TRUE(peer.channel->signal());  // closed
+    {
+      // The held sends move (tcp needs this side's progress too) and complete while the
+      // device progresses; then a new comm moves data.
+      Progressor progressor(peer);
+      ASSERT_TRUE(peer.channel->wait());  // the receiver has every message
+    }
+    void* fresh;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &fresh));
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, fresh, out.data(), kSize, &mh));
+    fillPattern(out.data(), kSize, 400);
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, fresh, out.data(), kSize, kTag, mh, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    dereg(peer, fresh, mh);
+    peer.channel->finishBarrier(60);
+    closeSend(peer, fresh);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer in(kSends * kSize);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, in.data(), in.size(), &mh));
+    // Nothing posted, no progress: the sender's close finds its sends held.
+    ASSERT_TRUE(peer.channel->wait(60));
+    std::vector<void*> requests(kSends);
+    for (int i = 0; i < kSends; ++i) {
+      ASSERT_NO_FATAL_FAILURE(
+          postRecv(peer, comm, in.data() + i * kSize, kSize, kTag, mh, &requests[i]));
+    }
+    std::vector<int> sizes;
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));
+    for (int i = 0; i < kSends; ++i) {
+      EXPECT_EQ(sizes[i], static_cast<int>(kSize));
+      EXPECT_TRUE(verifyPattern(in.data() + i * kSize, kSize, 300 + i)) << "message " << i;
+    }
+    ASSERT_TRUE(peer.channel->signal());
+    void *freshListen, *fresh;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &freshListen, &fresh));
+    void* freshMh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, fresh, in.data(), kSize, &freshMh));
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, fresh, in.data(), kSize, kTag, freshMh, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    EXPECT_TRUE(verifyPattern(in.data(), kSize, 400));
+    peer.channel->finishBarrier(60);
+    dereg(peer, fresh, freshMh);
+    dereg(peer, comm, mh);
+    closeRecv(peer, fresh);
+    closeRecv(peer, comm);
+    closeListen(peer, freshListen);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 120);
+}
+
 TEST(Close, MessagesForClosedCommsAreDrained) {
   constexpr int kComms = 100;
   constexpr int kWindow = 16;

@@ -339,6 +339,22 @@ TEST_F(MrCacheTest, UnknownAndDoubleReleasesAreRefused) {
   EXPECT_EQ(registrar_.deregistrations(), 1u);
 }
 
+TEST_F(MrCacheTest, DoubleReleaseOfAKeptEntryIsRefused) {
+  // A kept entry stays indexed with no reference left: a second release must be refused, not
+  // keep it twice (it would sit in the LRU list twice and be deregistered twice).
+  MrCache cache(registrar_, options(4));
+  MrHandle* handle = nullptr;
+  ASSERT_EQ(cache.acquire(host(kBase, kPage), &handle), 0);
+  ASSERT_EQ(cache.release(handle), 0);
+  ASSERT_EQ(cache.stats().kept, 1u);
+  EXPECT_EQ(cache.release(handle), -FI_EINVAL);
+  EXPECT_EQ(cache.stats().kept, 1u);
+  EXPECT_EQ(cache.stats().keptBytes, kPage);
+  cache.trimAll();
+  EXPECT_EQ(cache.stats().live, 0u);
+  EXPECT_EQ(registrar_.deregistrations(), 1u);
+}
+
 TEST_F(MrCacheTest, RegistrarFailureIsReturnedAndLeavesNothingBehind) {
   MrCache cache(registrar_, options());
   registrar_.failNext(-FI_ENOMEM);

@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# Mutation check: breaks critical checks of the plugin on purpose, one at a time, and makes sure
+# a test notices. For each mutant below the script replaces one line of the source, rebuilds
+# the mutant's test targets incrementally, runs their tests (gtest filter) and reports KILLED
+# (a test failed, crashed or timed out) or SURVIVED (every test passed: a weakness in the
+# tests). The source is restored after each mutant, and the targets rebuilt from it at the end.
+#
+#   scripts/mutants.sh                     # every mutant, build folder build-lf2
+#   scripts/mutants.sh wire- mr-           # only the mutants whose names start with these
+#   MUTANTS_BUILD_DIR=build scripts/mutants.sh
+#   MUTANTS_BASELINE=0 scripts/mutants.sh  # skip the run of the tests on the unmodified tree
+#   MUTANTS_TIMEOUT=600 scripts/mutants.sh # seconds per test binary (default 300)
+#
+# Exit status: 0 when every mutant was killed; 1 when one survived; 2 when the table no longer
+# matches the source (an original line not found exactly once), a mutant does not compile, or
+# the unmodified tree already fails its tests. About 5 minutes for the whole table on 2 cores
+# (build-lf2 already built): not in CI.
+set -euo pipefail
+shopt -u patsub_replacement 2>/dev/null || true  # "&" in a replacement stays "&"
+cd "$(dirname "$0")/.."
+build=${MUTANTS_BUILD_DIR:-build-lf2}
+timeout_s=${MUTANTS_TIMEOUT:-300}
+
+# ---------------------------------------------------------------------------------------------
+# The mutants. One call per mutant:
+#   mutant NAME FILE ORIGINAL REPLACEMENT TARGETS FILTER ENV
+# ORIGINAL is a fixed string (no pattern) that must occur exactly once in FILE; keep it short
+# and distinctive, so that unrelated edits around it do not break it. TARGETS are test
+# executables (comma-separated) built with cmake --build and run from $build/tests with
+# --gtest_filter=FILTER; ENV is what the tests need (the provider of functional tests), or "-".
+# ---------------------------------------------------------------------------------------------
+table() {
+  # Listen-handle validation: a handle that is not exactly ours must never reach the address
+  # vector.
+  mutant wire-handle-checksum src/core/wire.cc \
+    'if (handle.checksum != handleChecksum(handle)) {' 'if (false) {' \
+    wire_test 'ListenHandle.*' -
+  mutant wire-handle-provider src/core/wire.cc \
+    'if (handle.providerHash != providerHash(provider)) {' 'if (false) {' \
+    wire_test 'ListenHandle.*' -
+  mutant wire-handle-address-length src/core/wire.cc \
+    'if (handle.addressLength == 0 || handle.addressLength > kMaxAddressLength) {' 'if (false) {' \
+    wire_test 'ListenHandle.*' -
+  mutant wire-handle-listener-id src/core/wire.cc \
+    'if (handle.listenerId > tags::kMaxCommId) {' 'if (false) {' \
+    wire_test 'ListenHandle.*' -
+
+  # Truncation: a send larger than its receive fails the receive with ncclInternalError, never
+  # silently.
+  mutant trunc-reported-as-peer-error src/core/data_comm.cc \
+    'if (error == FI_ETRUNC) {' 'if (false) {' \
+    errors_test 'Sizes/TruncatingReceive.*' NNF_TEST_PROVIDER=tcp
+  mutant trunc-silent src/core/data_comm.cc \
+    'if (error == FI_ETRUNC) {' \
+    'if (error == FI_ETRUNC) { request->state = Request::State::kActive; op.transferred = op.length; if (request->remaining == 0) finish(*request); return; } if (false) {' \
+    errors_test 'Sizes/TruncatingReceive.*' NNF_TEST_PROVIDER=tcp
+
+  # Sizes reported by test(): what arrived, per buffer of a grouped receive.
+  mutant sizes-posted-not-received src/core/data_comm.cc \
+    'op.transferred = op.type == OpType::kSend ? op.length : length;' 'op.transferred = op.length;' \
+    transfer_test,grouped_test 'Transfer.ReceiveLargerThanSendReportsTheRealSize:GroupedReceive.*' \
+    NNF_TEST_PROVIDER=shm
+  mutant sizes-first-buffer-only src/core/data_path.cc \
+    'sizes[i] = req->ops[i].transferred;' 'sizes[i] = req->ops[0].transferred;' \
+    transfer_test,grouped_test 'Transfer.ReceiveLargerThanSendReportsTheRealSize:GroupedReceive.*' \
+    NNF_TEST_PROVIDER=shm
+
+  # Registration reference counts: a registration lives while any regMr of it does, and no
+  # longer.
+  mutant mr-hit-takes-no-reference src/memory/mr_cache.cc \
+    '++hit->refs_;' '(void)hit->refs_;' \
+    mr_cache_test,memory_registry_test '*' -
+  mutant mr-released-one-early src/memory/mr_cache.cc \
+    'if (--handle->refs_ > 0) return 0;' 'if (--handle->refs_ > 1) return 0;' \
+    mr_cache_test,memory_registry_test '*' -
+  mutant mr-double-release-accepted src/memory/mr_cache.cc \
+    '|| handle->refs_ <= 0) {' ') {' \
+    mr_cache_test,memory_registry_test '*' -
+  mutant registry-dereg-keeps-registration src/core/memory_registry.cc \
+    'if (handle->mr != nullptr && cache_.release(handle->mr) != 0)' 'if (false)' \
+    memory_registry_test '*' -
+
+  # Close and drain: close returns only when the provider holds none of the comm's caller
+  # buffers, and what the peer still sends to a closed comm is consumed.
+  mutant close-returns-at-once src/core/connections.cc \
+    'if (left == 0) break;' 'break;' \
+    close_test 'Close/Abort.*' 'NNF_TEST_PROVIDER=shm NNF_CLOSE_ROUNDS=2'
+  mutant close-frees-comm-in-flight src/core/device.cc \
+    'if (comm.inFlight() == 0) destroyComm(comm);' 'destroyComm(comm);' \
+    close_test 'Close/Abort.*:Close.AGivenUpCloseKeepsItsCommUntilTheProviderReturnsItsSends' \
+    'NNF_TEST_PROVIDER=shm NNF_CLOSE_ROUNDS=2'
+  mutant drain-not-reposted src/core/drain_pool.cc \
+    'if (device_.post(entry->op) == abi::kSuccess) return;' 'return;' \
+    close_test 'Close.MessagesForClosedCommsAreDrained' 'NNF_TEST_PROVIDER=shm NNF_DRAIN_MESSAGES=2000'
+}
+
+# ---------------------------------------------------------------------------------------------
+
+names=() files=() originals=() replacements=() targets=() filters=() envs=()
+mutant() {
+  local name=$1
+  if (($# != 7)); then
+    echo "mutants: '$name' has $# fields, expected 7" >&2
+    exit 2
+  fi
+  if ((${#selected[@]} > 0)); then
+    local prefix keep=0
+    for prefix in "${selected[@]}"; do [[ $name == "$prefix"* ]] && keep=1; done
+    ((keep)) || return 0
+  fi
+  names+=("$1") files+=("$2") originals+=("$3") replacements+=("$4") targets+=("$5")
+  filters+=("$6") envs+=("$7")
+}
+selected=("$@")
+table
+if ((${#names[@]} == 0)); then
+  echo "mutants: no mutant matches: $*" >&2
+  exit 2
+fi
+if [[ ! -f $build/build.ninja && ! -f $build/Makefile ]]; then
+  echo "mutants: $build is not a configured build folder (set MUTANTS_BUILD_DIR)" >&2
+  exit 2
+fi
+
+# Number of times fixed string $2 occurs in text $1.
+occurrences() {
+  local text=$1 needle=$2 count=0
+  while [[ $text == *"$needle"* ]]; do
+    text=${text#*"$needle"}
+    count=$((count + 1))
+  done
+  echo "$count"
+}
+
+# Every original must be found exactly once before anything is changed: a table that no
+# longer matches the source is an error, never a silently skipped mutant.
+stale=0
+for i in "${!names[@]}"; do
+  if [[ ! -f ${files[i]} ]]; then
+    echo "mutants: ${names[i]}: ${files[i]} does not exist" >&2
+    stale=1
+    continue
+  fi
+  IFS= read -r -d '' content <"${files[i]}" || true
+  n=$(occurrences "$content" "${originals[i]}")
+  if ((n != 1)); then
+    if ((n == 0)); then
+      echo "mutants: ${names[i]}: pattern not found in ${files[i]}: ${originals[i]}" >&2
+    else
+      echo "mutants: ${names[i]}: pattern found $n times in ${files[i]} (must be once): ${originals[i]}" >&2
+    fi
+    stale=1
+  fi
+done
+((stale == 0)) || exit 2
+
+backup_dir=$(mktemp -d)
+current_file=""
+restore() {
+  if [[ -n $current_file ]]; then
+    # A plain copy (new mtime), so that the next build recompiles the restored source.
+    cp "$backup_dir/original" "$current_file"
+    current_file=""
+  fi
+}
+cleanup() {
+  restore
+  rm -rf "$backup_dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log_dir=$build/mutants
+mkdir -p "$log_dir"
+
+build_targets() {  # $1: comma-separated targets; $2: log file
+  local list
+  IFS=, read -r -a list <<<"$1"
+  nice cmake --build "$build" --target "${list[@]}" >"$2" 2>&1
+}
+
+# Runs every target of a mutant with its filter and environment, appending to the log; returns
+# 0 when all pass.
+run_tests() {  # $1 targets, $2 filter, $3 env, $4 log file
+  local list target status=0 env=()
+  IFS=, read -r -a list <<<"$1"
+  [[ $3 == - ]] || read -r -a env <<<"$3"
+  for target in "${list[@]}"; do
+    local binary=$build/tests/$target
+    if [[ ! -x $binary ]]; then
+      echo "mutants: test binary $binary not found" >&2
+      exit 2
+    fi
+    echo "== $target --gtest_filter=$2 ${env[*]}" >>"$4"
+    # In a subshell, so that the shell's own note of a crash ("Aborted") goes to the log too.
+    if ! (env "${env[@]}" timeout "$timeout_s" nice "$binary" --gtest_filter="$2") >>"$4" 2>&1; then
+      status=1
+    fi
+    if tail -n 200 "$4" | grep -q "Running 0 tests"; then
+      echo "mutants: the filter '$2' selects no test of $target" >&2
+      exit 2
+    fi
+  done
+  return $status
+}
+
+start_all=$SECONDS
+if [[ ${MUTANTS_BASELINE:-1} != 0 ]]; then
+  # The unmodified tree must pass what each mutant runs, or a "killed" means nothing.
+  declare -A seen=()
+  for i in "${!names[@]}"; do
+    key="${targets[i]}|${filters[i]}|${envs[i]}"
+    [[ -z ${seen[$key]:-} ]] || continue
+    seen[$key]=1
+    log=$log_dir/baseline-$i.log
+    if ! build_targets "${targets[i]}" "$log"; then
+      echo "mutants: the unmodified tree does not build ${targets[i]} (see $log)" >&2
+      exit 2
+    fi
+    if ! run_tests "${targets[i]}" "${filters[i]}" "${envs[i]}" "$log"; then
+      echo "mutants: the unmodified tree fails ${targets[i]} --gtest_filter=${filters[i]} (see $log)" >&2
+      exit 2
+    fi
+  done
+  echo "baseline: every test passes on the unmodified tree ($((SECONDS - start_all)) s)"
+fi
+
+results=()
+survivors=0
+for i in "${!names[@]}"; do
+  name=${names[i]} file=${files[i]}
+  log=$log_dir/$name.log
+  started=$SECONDS
+  cp "$file" "$backup_dir/original"
+  current_file=$file
+  IFS= read -r -d '' content <"$file" || true
+  printf '%s' "${content/"${originals[i]}"/"${replacements[i]}"}" >"$file"
+  if ! build_targets "${targets[i]}" "$log"; then
+    restore
+    echo "mutants: $name does not compile (see $log); fix its replacement" >&2
+    exit 2
+  fi
+  if run_tests "${targets[i]}" "${filters[i]}" "${envs[i]}" "$log"; then
+    verdict=SURVIVED
+    survivors=$((survivors + 1))
+  else
+    verdict=KILLED
+  fi
+  restore
+  line=$(printf '%-9s %-36s %4d s  %s' "$verdict" "$name" $((SECONDS - started)) "$log")
+  echo "$line"
+  results+=("$line")
+done
+
+# Leave the build folder as it was: rebuild every target from the restored sources.
+all_targets=$(printf '%s\n' "${targets[@]}" | tr , '\n' | sort -u | paste -sd, -)
+if ! build_targets "$all_targets" "$log_dir/restore.log"; then
+  echo "mutants: rebuilding from the restored sources failed (see $log_dir/restore.log)" >&2
+  exit 2
+fi
+
+echo
+echo "mutants: ${#names[@]} run, $((${#names[@]} - survivors)) killed, $survivors survived ($((SECONDS - start_all)) s)"
+printf '%s\n' "${results[@]}" | grep '^SURVIVED' || true
+((survivors == 0))

@@ -28,7 +28,8 @@ std::string sourceDir();
 //             completions reordered, and every rule violation appended to efaRulesReport().
 void useTestProvider(const std::string& provider);
 
-// The EFA-rules provider's directory (FI_PROVIDER_PATH) and this test process's report file.
+// The EFA-rules provider's directory (FI_PROVIDER_PATH: NNF_EFA_RULES_DIR, else the build
+// tree's) and this test process's report file.
 std::string efaRulesDir();
 std::string efaRulesReport();
 // The report's lines ("<rule> <detail>"), empty when no rule was broken.

@@ -22,6 +22,7 @@
 # upstream tarball (.orig.tar.xz) is needed: it is checked by apt against the Sources index, and
 # a missing .dsc or Debian patch set is accepted (we build upstream as released).
 set -euo pipefail
+scripts="$(cd "$(dirname "$0")" && pwd)"
 version=${LIBFABRIC_VERSION:-2.1.0}
 deps=${NNF_DEPS:-/opt/nnf-deps}
 prefix=$deps/libfabric-$version
@@ -167,7 +168,13 @@ cd "$work"
 echo "== libfabric $version: autoreconf, configure, build (-j$jobs), install into $prefix" >&2
 # The upstream tarball is a git export: it has no configure script yet.
 autoreconf -ivf >autoreconf.log 2>&1 || { tail -30 autoreconf.log >&2; exit 1; }
-./configure --prefix="$prefix" "${configure_flags[@]}" >configure.log 2>&1 ||
+# A CUDA toolkit without nvml.h (a separate package) gets our stand-in, which is all that
+# libfabric's dlopened CUDA code needs from it.
+configure_env=()
+if [[ -n $cuda && ! -f $cuda/include/nvml.h ]]; then
+  configure_env=(CPPFLAGS="-I$scripts/nvml-shim")
+fi
+./configure --prefix="$prefix" "${configure_flags[@]}" "${configure_env[@]}" >configure.log 2>&1 ||
   { tail -40 configure.log >&2; exit 1; }
 if [[ -n $cuda ]] && ! grep -q '^#define HAVE_CUDA 1' config.h; then
   echo "libfabric.sh: configure did not enable CUDA with $cuda:" >&2

@@ -51,46 +51,12 @@ constexpr double kTimeoutSec = 300;
 
 // Every size class the plugin treats differently: empty, under and over the inject limit
 // (EFA: 4 KiB less a header), page sizes and their neighbours, up to NCCL's largest buffers.
-const std::vector<int> kSweepSizes = {0,
-                                      1,
-                                      2,
-                                      3,
-                                      7,
-                                      8,
-                                      15,
-                                      16,
-                                      63,
-                                      64,
-                                      65,
-                                      127,
-                                      128,
-                                      129,
-                                      255,
-                                      256,
-                                      1000,
-                                      1023,
-                                      1024,
-                                      4031,
-                                      4032,
-                                      4033,
-                                      4095,
-                                      4096,
-                                      4097,
-                                      8191,
-                                      8192,
-                                      16384,
-                                      65535,
-                                      65536,
-                                      65537,
-                                      262144,
-                                      1 << 20,
-                                      (1 << 20) - 1,
-                                      (1 << 20) + 1,
-                                      4 << 20,
-                                      (8 << 20) + 3,
-                                      16 << 20,
-                                      32 << 20,
-                                      64 << 20};
+// clang-format off
+const std::vector<int> kSweepSizes = {
+    0, 1, 2, 3, 7, 8, 15, 16, 63, 64, 65, 127, 128, 129, 255, 256, 1000, 1023, 1024,
+    4031, 4032, 4033, 4095, 4096, 4097, 8191, 8192, 16384, 65535, 65536, 65537, 262144,
+    (1 << 20) - 1, 1 << 20, (1 << 20) + 1, 4 << 20, (8 << 20) + 3, 16 << 20, 32 << 20, 64 << 20};
+// clang-format on
 // The CUDA-flush pass needs only a few sizes: the flush path, not the data path, differs.
 const std::vector<int> kCudaFlushSizes = {0, 1, 64, 4096, 65537, 1 << 20, 16 << 20};
 
@@ -143,7 +109,7 @@ void allocated(const CudaApi& cuda, const DeviceBuffer& buffer) {
                                 << " bytes: " << cuda.describe(buffer.result());
 }
 
-// NCCL registers GPU buffers with NCCL_PTR_CUDA; a refusal here is what the old check let pass.
+// NCCL registers GPU buffers with NCCL_PTR_CUDA; a refusal is a failure: no GPU byte can move.
 void regGpu(Peer& peer, void* comm, const DeviceBuffer& buffer, void** mhandle) {
   ASSERT_EQ(peer.props.ptrSupport & abi::kPtrCuda, abi::kPtrCuda)
       << "the plugin offers no GPU memory on device " << peer.dev

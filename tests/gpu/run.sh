@@ -60,13 +60,14 @@ finish() {
 absolute() { (cd "$1" && pwd); }
 
 # --- what runs: gpu_check, the plugin, the EFA-rules provider, the libraries beside them.
-check="" plugin="" rules_dir="" fake="" libpath="" prefix=""
+check="" plugin="" rules_dir="" fake="" libpath="" prefix="" packed_cudart=""
 
 use_pack() {  # use_pack DIR: true when every binary there loads on this machine
   local dir
   dir=$(absolute "$1") || return 1
   check=$dir/bin/gpu_check plugin=$dir/plugin/libnccl-net-fabric.so rules_dir=$dir/efa_rules
   fake=$dir/fake_cuda/libnnf_fake_cuda.so libpath=$dir/lib prefix="$dir/lib (packed)"
+  [[ -f $dir/cudart/libcudart.so ]] && packed_cudart=$dir/cudart/libcudart.so
   local missing
   missing=$(LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
     ldd "$check" "$plugin" "$rules_dir/libefa-rules-fi.so" 2>&1 | grep -E 'not found|No such file')
@@ -149,6 +150,12 @@ make_pack() {  # make_pack DIR: the binaries, stripped, and the libraries not ev
   cp "$check" "$dir/bin/" && cp "$plugin" "$dir/plugin/" && cp "$rules_dir/libefa-rules-fi.so" "$dir/efa_rules/" &&
     cp "$fake" "$dir/fake_cuda/" || return 1
   [[ -x $prefix/bin/fi_info ]] && cp "$prefix/bin/fi_info" "$dir/bin/"
+  # The CUDA runtime libfabric dlopens, for a machine whose own is not found: the last resort.
+  local cudart
+  cudart=$(readlink -f "$cuda_home/lib64/libcudart.so" 2>/dev/null)
+  if [[ -f $cudart ]]; then
+    mkdir -p "$dir/cudart" && cp "$cudart" "$dir/cudart/libcudart.so"
+  fi
   # Every library they load except the C and C++ runtimes, which the GPU machine has (newer).
   LD_LIBRARY_PATH=$libpath ldd "$check" "$plugin" "$rules_dir/libefa-rules-fi.so" |
     awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
@@ -209,10 +216,10 @@ fi
 ((gpus > 0)) || say "no NVIDIA GPU visible ($(head -1 <<<"$listing")); running the check anyway for its reason"
 # libfabric dlopens libcudart.so (unversioned) for CUDA memory: give it one if the loader has none.
 cudart_dir=""
-if ! ldconfig -p 2>/dev/null | grep -q 'libcudart\.so '; then
+if [[ $(ldconfig -p 2>/dev/null) != *"libcudart.so ("* ]]; then
   for candidate in "$cuda_home"/lib64/libcudart.so* "$cuda_home"/targets/*/lib/libcudart.so* \
     /usr/local/cuda*/lib64/libcudart.so* /usr/local/lib/python3*/dist-packages/nvidia/cu*/lib/libcudart.so* \
-    /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib/libcudart.so*; do
+    /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib/libcudart.so* $packed_cudart; do
     if [[ -f $candidate ]]; then
       cudart_dir=$build/cudart
       mkdir -p "$cudart_dir"

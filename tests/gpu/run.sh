@@ -40,7 +40,7 @@ while (($#)); do
     --pack) mode=pack; pack=${2:?--pack needs a folder}; shift ;;
     --prebuilt) prebuilt=${2:?--prebuilt needs a folder}; shift ;;
     --stand-in) stand_in=1 ;;
-    -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 4 ;;
   esac
   shift

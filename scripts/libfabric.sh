@@ -5,9 +5,16 @@
 #   scripts/libfabric.sh                         # -> /opt/nnf-deps/libfabric-2.1.0
 #   NNF_DEPS=/somewhere scripts/libfabric.sh     # another cache folder
 #   scripts/libfabric.sh --print-prefix          # only the prefix; builds nothing
+#   scripts/libfabric.sh --cuda                  # -> /opt/nnf-deps/libfabric-2.1.0-cuda (GPU check)
 #
 # A finished build is reused: the prefix holds a stamp with the version and the configure flags,
 # and a prefix whose stamp matches is returned at once.
+#
+# --cuda builds shm, tcp and rxm with CUDA support (--with-cuda=$CUDA_HOME, default
+# /usr/local/cuda, whose headers are all it needs; the CUDA libraries are dlopened at run time),
+# for tests/gpu/run.sh. It never installs or downloads anything, so that it runs on a machine
+# without network access: the tarball comes from NNF_LIBFABRIC_TARBALL or the cache folder, and
+# a missing build tool is an error naming it.
 #
 # The source: Debian 12 ships libfabric 1.17; trixie's source package carries 2.1. The archive
 # address is read at run time from this machine's own apt sources and written only to a private
@@ -15,12 +22,25 @@
 # upstream tarball (.orig.tar.xz) is needed: it is checked by apt against the Sources index, and
 # a missing .dsc or Debian patch set is accepted (we build upstream as released).
 set -euo pipefail
+scripts="$(cd "$(dirname "$0")" && pwd)"
 version=${LIBFABRIC_VERSION:-2.1.0}
 deps=${NNF_DEPS:-/opt/nnf-deps}
 prefix=$deps/libfabric-$version
 jobs=${JOBS:-$(nproc)}
 
-if [[ ${1:-} == --print-prefix ]]; then
+print_prefix=0
+cuda=""
+for arg in "$@"; do
+  case $arg in
+    --print-prefix) print_prefix=1 ;;
+    --cuda) cuda=${CUDA_HOME:-/usr/local/cuda} ;;
+    *) echo "libfabric.sh: unknown argument '$arg'" >&2; exit 1 ;;
+  esac
+done
+if [[ -n $cuda ]]; then
+  prefix=$prefix-cuda
+fi
+if ((print_prefix)); then
   echo "$prefix"
   exit 0
 fi
@@ -35,6 +55,14 @@ configure_flags=(--enable-only --enable-shm --enable-tcp --enable-rxm --enable-u
                  --disable-static --disable-debug --with-cuda=no --with-ze=no --with-rocr=no
                  --with-neuron=no --with-synapseai=no --with-gdrcopy=no --with-uring=no
                  --with-lttng=no)
+if [[ -n $cuda ]]; then
+  # The GPU check's set: shm takes CUDA memory (FI_HMEM); tcp and rxm as in CI. CUDA is dlopened
+  # (libcudart.so, libcuda.so.1) so the library loads where there is no GPU.
+  configure_flags=(--enable-only --enable-shm --enable-tcp --enable-rxm
+                   --disable-static --disable-debug --with-cuda="$cuda" --enable-cuda-dlopen
+                   --with-ze=no --with-rocr=no --with-neuron=no --with-synapseai=no
+                   --with-gdrcopy=no --with-uring=no --with-lttng=no)
+fi
 stamp_text="libfabric $version ${configure_flags[*]}"
 stamp=$prefix/.nnf-build-stamp
 
@@ -44,10 +72,23 @@ if [[ -f $stamp && $(cat "$stamp") == "$stamp_text" && -f $prefix/lib/pkgconfig/
   exit 0
 fi
 
+if [[ -n $cuda ]]; then
+  missing=()
+  for tool in autoreconf automake libtoolize make gcc xz tar; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+  done
+  [[ -f $cuda/include/cuda_runtime.h ]] || missing+=("CUDA headers ($cuda/include/cuda_runtime.h; set CUDA_HOME)")
+  if ((${#missing[@]})); then
+    echo "libfabric.sh: cannot build libfabric with CUDA here, missing: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
 if [[ $(id -u) -ne 0 ]]; then sudo=sudo; else sudo=; fi
 packages=(autoconf automake libtool make gcc pkg-config dpkg-dev xz-utils)
 missing=()
 for package in "${packages[@]}"; do
+  [[ -n $cuda ]] && break  # checked above, by command: no package manager needed
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
 done
 if ((${#missing[@]})); then
@@ -77,8 +118,13 @@ debian_uri() {
 }
 
 src=$deps/src
-tarball=$src/libfabric_$version.orig.tar.xz
+tarball=${NNF_LIBFABRIC_TARBALL:-$src/libfabric_$version.orig.tar.xz}
 mkdir -p "$src"
+if [[ ! -f $tarball && ( -n $cuda || -n ${NNF_LIBFABRIC_TARBALL:-} ) ]]; then
+  echo "libfabric.sh: no tarball at $tarball (set NNF_LIBFABRIC_TARBALL to" \
+    "libfabric_$version.orig.tar.xz; scripts/libfabric.sh without --cuda fetches it)" >&2
+  exit 1
+fi
 if [[ ! -f $tarball ]]; then
   codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
   uri=$(debian_uri)
@@ -114,7 +160,7 @@ EOF
 fi
 
 start=$SECONDS
-work=$deps/build/libfabric-$version
+work=$deps/build/libfabric-$version${cuda:+-cuda}
 rm -rf "$work"
 mkdir -p "$work"
 tar -xJf "$tarball" -C "$work" --strip-components=1
@@ -122,8 +168,19 @@ cd "$work"
 echo "== libfabric $version: autoreconf, configure, build (-j$jobs), install into $prefix" >&2
 # The upstream tarball is a git export: it has no configure script yet.
 autoreconf -ivf >autoreconf.log 2>&1 || { tail -30 autoreconf.log >&2; exit 1; }
-./configure --prefix="$prefix" "${configure_flags[@]}" >configure.log 2>&1 ||
+# A CUDA toolkit without nvml.h (a separate package) gets our stand-in, which is all that
+# libfabric's dlopened CUDA code needs from it.
+configure_env=()
+if [[ -n $cuda && ! -f $cuda/include/nvml.h ]]; then
+  configure_env=(CPPFLAGS="-I$scripts/nvml-shim")
+fi
+./configure --prefix="$prefix" "${configure_flags[@]}" "${configure_env[@]}" >configure.log 2>&1 ||
   { tail -40 configure.log >&2; exit 1; }
+if [[ -n $cuda ]] && ! grep -q '^#define HAVE_CUDA 1' config.h; then
+  echo "libfabric.sh: configure did not enable CUDA with $cuda:" >&2
+  grep -i cuda configure.log | tail -20 >&2
+  exit 1
+fi
 make -j"$jobs" >make.log 2>&1 || { tail -40 make.log >&2; exit 1; }
 rm -rf "$prefix"
 make install >install.log 2>&1 || { tail -40 install.log >&2; exit 1; }

@@ -19,6 +19,7 @@ Config loadConfig() {
   Config config;
   if (const char* v = env("NNF_EFA_RULES_BASE")) config.base = v;
   if (const char* v = env("NNF_EFA_RULES_HMEM")) config.hmem = std::strcmp(v, "0") != 0;
+  if (const char* v = env("NNF_EFA_RULES_HMEM_BASE")) config.hmemBase = std::strcmp(v, "1") == 0;
   if (const char* v = env("NNF_EFA_RULES_REORDER")) config.reorder = std::strcmp(v, "0") != 0;
   if (const char* v = env("NNF_EFA_RULES_SEED")) config.seed = std::strtoull(v, nullptr, 0);
   if (const char* v = env("NNF_EFA_RULES_TAG_BITS")) config.tagBits = std::atoi(v);

@@ -41,6 +41,7 @@ void nosys(F& slot) {
 struct Config {
   std::string base = "tcp";  // NNF_EFA_RULES_BASE
   bool hmem = true;          // NNF_EFA_RULES_HMEM
+  bool hmemBase = false;     // NNF_EFA_RULES_HMEM_BASE: device memory goes to the base as such
   bool reorder = true;       // NNF_EFA_RULES_REORDER
   uint64_t seed = 0x5eed0efa;
   int tagBits = 0;  // 0: FI_TAG_GENERIC

@@ -622,6 +622,46 @@ TEST_P(EfaRules, RefusedOptionsReturnNotSupported) {
   }
 }
 
+// NNF_EFA_RULES_HMEM_BASE=1 (the GPU check, tests/gpu): device memory reaches the base as
+// FI_HMEM_CUDA, and the base must offer FI_HMEM (shm does, tcp does not). No libfabric here
+// takes CUDA memory (CI has no GPU), so the registration that the default mode hands to the base
+// as host memory is now refused by the base; host memory registers in both modes.
+TEST(EfaRulesHmemBase, DeviceMemoryGoesToTheBaseAsCudaMemory) {
+  for (const char* mode : {"0", "1"}) {
+    EXPECT_TRUE(runChildren(1,
+                            [&](int, int) {
+                              childEnv("shm");
+                              setenv("NNF_EFA_RULES_HMEM_BASE", mode, 1);
+                              Node node;
+                              node.open(Options{});
+                              std::vector<char> device(1 << 16), host(1 << 16);
+                              auto regattr = [&](std::vector<char>& buffer, fi_hmem_iface iface) {
+                                iovec iov{buffer.data(), buffer.size()};
+                                fi_mr_attr attr{};
+                                attr.mr_iov = &iov;
+                                attr.iov_count = 1;
+                                attr.access = FI_SEND | FI_RECV;
+                                attr.iface = iface;
+                                fid_mr* mr = nullptr;
+                                int ret = fi_mr_regattr(node.domain, &attr, 0, &mr);
+                                if (mr != nullptr) fi_close(&mr->fid);
+                                return ret;
+                              };
+                              REQUIRE(regattr(host, FI_HMEM_SYSTEM) == 0);
+                              int cuda = regattr(device, FI_HMEM_CUDA);
+                              REQUIRE((cuda == 0) == (std::strcmp(mode, "0") == 0));
+                              node.close();
+                            }))
+        << "NNF_EFA_RULES_HMEM_BASE=" << mode;
+  }
+  // A base without FI_HMEM cannot carry real device memory: no FI_HMEM endpoint is offered.
+  EXPECT_TRUE(runChildren(1, [&](int, int) {
+    childEnv("tcp");
+    setenv("NNF_EFA_RULES_HMEM_BASE", "1", 1);
+    REQUIRE(query(Options{}) == nullptr);
+  }));
+}
+
 INSTANTIATE_TEST_SUITE_P(Base, EfaRules, ::testing::Values("tcp", "shm"),
                          [](const auto& info) { return info.param; });
 

@@ -52,7 +52,10 @@ uint64_t tagMaskOf(uint64_t memTagFormat) {
 fi_info* toBaseHints(const fi_info* hints, const Config& config) {
   fi_info* base = hints != nullptr ? fi_dupinfo(hints) : fi_allocinfo();
   if (base == nullptr) return nullptr;
-  base->caps &= ~FI_HMEM;
+  // Real GPU memory (NNF_EFA_RULES_HMEM_BASE=1) must reach a base that takes it; otherwise the
+  // base sees host memory only (the fake driver's "device memory" is host memory).
+  const bool hmemBase = config.hmemBase && (base->caps & FI_HMEM) != 0;
+  if (!hmemBase) base->caps &= ~FI_HMEM;
   base->ep_attr->type = FI_EP_RDM;
   base->ep_attr->mem_tag_format = 0;
   base->ep_attr->protocol = FI_PROTO_UNSPEC;
@@ -61,11 +64,14 @@ fi_info* toBaseHints(const fi_info* hints, const Config& config) {
   std::string domain;
   replace(base->domain_attr->name, baseDomainName(base->domain_attr->name, &domain));
   uint64_t mrMode = hints != nullptr ? static_cast<uint64_t>(hints->domain_attr->mr_mode) : 0;
-  base->domain_attr->mr_mode = static_cast<int>(kRequiredMrMode | (mrMode & FI_MR_LOCAL));
+  base->domain_attr->mr_mode =
+      static_cast<int>(kRequiredMrMode | (mrMode & FI_MR_LOCAL) | (hmemBase ? FI_MR_HMEM : 0));
   base->domain_attr->cq_data_size = 0;
-  base->tx_attr->caps &= ~FI_HMEM;
   base->tx_attr->inject_size = 0;
-  base->rx_attr->caps &= ~FI_HMEM;
+  if (!hmemBase) {
+    base->tx_attr->caps &= ~FI_HMEM;
+    base->rx_attr->caps &= ~FI_HMEM;
+  }
   return base;
 }
 

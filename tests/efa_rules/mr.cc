@@ -1,5 +1,6 @@
 // Memory registration: every buffer is registered with the base as host memory (the "GPU"
-// buffers of the tests are host memory the fake CUDA driver calls device memory); we remember
+// buffers of the tests are host memory the fake CUDA driver calls device memory), except with
+// NNF_EFA_RULES_HMEM_BASE=1, where device memory is real and goes to the base as such; we remember
 // the range and whether it was registered as device memory, and hand out our own fid_mr whose
 // descriptor is that record, so posts can be checked and translated.
 #include <sys/uio.h>
@@ -112,8 +113,11 @@ int regAttr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** mr) {
   // region's start, whatever offset we register: our key carries that start to the initiator.
   bool offsets = !(domain->baseMrMode & FI_MR_VIRT_ADDR);
   if (offsets) baseAttr.offset = 0;
-  baseAttr.iface = FI_HMEM_SYSTEM;
-  std::memset(&baseAttr.device, 0, sizeof(baseAttr.device));
+  // Device memory keeps its interface and device only where the base takes real GPU memory.
+  if (!(device && loadConfig().hmemBase)) {
+    baseAttr.iface = FI_HMEM_SYSTEM;
+    std::memset(&baseAttr.device, 0, sizeof(baseAttr.device));
+  }
   fid_mr* base = nullptr;
   int ret = fi_mr_regattr(domain->base, &baseAttr, flags, &base);
   if (ret != 0) return ret;

@@ -6,6 +6,9 @@
 // Environment (read when objects are opened, except where noted):
 //   NNF_EFA_RULES_BASE      base provider: tcp (default) or shm
 //   NNF_EFA_RULES_HMEM      0: do not claim FI_HMEM (default 1)
+//   NNF_EFA_RULES_HMEM_BASE 1: device memory is real GPU memory: ask the base for FI_HMEM and
+//                           register device memory with it as such (tests/gpu; default 0: the
+//                           base sees every buffer as host memory)
 //   NNF_EFA_RULES_REORDER   0: completions in base order (default 1: seeded random order)
 //   NNF_EFA_RULES_SEED      seed of the reordering (default 0x5eed0efa)
 //   NNF_EFA_RULES_TAG_BITS  mem_tag_format = mask of that many low bits (default FI_TAG_GENERIC)

@@ -1,11 +1,16 @@
 // A stand-in for libcuda.so.1 in tests: implements the driver entry points the plugin loads and
-// treats host ranges declared through nnfFakeCudaDeclare as device memory of an ordinal.
+// treats host ranges declared through nnfFakeCudaDeclare as device memory of an ordinal. It also
+// allocates, fills and copies such "device memory" (host memory underneath) for tests/gpu, whose
+// stand-in run must fail although everything looks like a GPU: no real provider takes it.
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -149,6 +154,102 @@ __attribute__((visibility("default"))) int cuMemGetHandleForAddressRange(void* h
 __attribute__((visibility("default"))) int cuFlushGPUDirectRDMAWrites(int target, int scope) {
   if (target != 0 || (scope != 100 && scope != 200)) return kInvalidValue;
   ++g_flushes;
+  return kSuccess;
+}
+
+// What tests/gpu needs besides: one device, a primary context, allocations declared as device
+// memory of ordinal 0, and copies and fills that only accept such memory on the device side.
+__attribute__((visibility("default"))) int cuDeviceGetCount(int* count) {
+  if (count == nullptr) return kInvalidValue;
+  if (!g_initialized) return kNotInitialized;
+  *count = 1;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int cuDeviceGetName(char* name, int length, int device) {
+  constexpr char kName[] = "nnf stand-in CUDA device (host memory)";
+  if (name == nullptr || length <= 0 || device != 0) return kInvalidValue;
+  if (!g_initialized) return kNotInitialized;
+  std::strncpy(name, kName, static_cast<size_t>(length) - 1);
+  name[length - 1] = '\0';
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int cuDevicePrimaryCtxRetain(void** context, int device) {
+  static int g_context;
+  if (context == nullptr || device != 0) return kInvalidValue;
+  if (!g_initialized) return kNotInitialized;
+  *context = &g_context;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int cuDevicePrimaryCtxRelease_v2(int device) {
+  return device == 0 ? kSuccess : kInvalidValue;
+}
+
+__attribute__((visibility("default"))) int cuCtxSetCurrent(void* context) {
+  return g_initialized ? kSuccess : kNotInitialized;
+}
+
+__attribute__((visibility("default"))) int cuCtxSynchronize() {
+  return g_initialized ? kSuccess : kNotInitialized;
+}
+
+__attribute__((visibility("default"))) int cuMemAlloc_v2(unsigned long long* pointer, size_t size) {
+  if (pointer == nullptr || size == 0) return kInvalidValue;
+  if (!g_initialized) return kNotInitialized;
+  size_t rounded = (size + 4095) / 4096 * 4096;
+  void* memory = std::aligned_alloc(4096, rounded);
+  if (memory == nullptr) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
+  nnfFakeCudaDeclare(memory, rounded, 0);
+  *pointer = reinterpret_cast<uintptr_t>(memory);
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int cuMemFree_v2(unsigned long long pointer) {
+  std::lock_guard<std::mutex> guard(g_mutex);
+  auto start = static_cast<uintptr_t>(pointer);
+  auto found = std::find_if(g_ranges.begin(), g_ranges.end(),
+                            [start](const Range& range) { return range.start == start; });
+  if (found == g_ranges.end()) return kInvalidValue;
+  g_ranges.erase(found);
+  std::free(reinterpret_cast<void*>(start));
+  return kSuccess;
+}
+
+namespace {
+// The device side of a copy or fill must lie in one declared range, as CUDA demands.
+bool deviceRange(unsigned long long pointer, size_t size) {
+  std::lock_guard<std::mutex> guard(g_mutex);
+  const Range* range = find(static_cast<uintptr_t>(pointer));
+  return range != nullptr && pointer + size <= range->end;
+}
+}  // namespace
+
+__attribute__((visibility("default"))) int cuMemcpyHtoD_v2(unsigned long long device,
+                                                           const void* host, size_t size) {
+  if (!deviceRange(device, size) || host == nullptr) return kInvalidValue;
+  std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(device)), host, size);
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int cuMemcpyDtoH_v2(void* host, unsigned long long device,
+                                                           size_t size) {
+  if (!deviceRange(device, size) || host == nullptr) return kInvalidValue;
+  std::memcpy(host, reinterpret_cast<const void*>(static_cast<uintptr_t>(device)), size);
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int cuMemsetD8_v2(unsigned long long device,
+                                                         unsigned char value, size_t size) {
+  if (!deviceRange(device, size)) return kInvalidValue;
+  std::memset(reinterpret_cast<void*>(static_cast<uintptr_t>(device)), value, size);
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int cuGetErrorString(int error, const char** text) {
+  if (text == nullptr) return kInvalidValue;
+  *text = error == kSuccess ? "no error" : "stand-in CUDA error";
   return kSuccess;
 }
 

@@ -58,6 +58,9 @@ std::string sourceDir() {
 }
 
 std::string efaRulesDir() {
+  // A test binary run away from its build tree (tests/gpu/run.sh --prebuilt) is told where.
+  if (const char* dir = std::getenv("NNF_EFA_RULES_DIR"); dir != nullptr && *dir != '\0')
+    return dir;
   return NNF_EFA_RULES_DIR;
 }
 

@@ -31,7 +31,8 @@ std::string sourceDir();
 // `provider` may name a protocol too: "shm+sendrecv" sets NCCL_FABRIC_PROTOCOL=sendrecv.
 void useTestProvider(const std::string& provider);
 
-// The EFA-rules provider's directory (FI_PROVIDER_PATH) and this test process's report file.
+// The EFA-rules provider's directory (FI_PROVIDER_PATH: NNF_EFA_RULES_DIR, else the build
+// tree's) and this test process's report file.
 std::string efaRulesDir();
 std::string efaRulesReport();
 // The report's lines ("<rule> <detail>"), empty when no rule was broken.

@@ -38,8 +38,8 @@ abi::Result RecvComm::start(const wire::ConnectMessage& request) {
     abi::Result result = protocol.startRecv(*this, info);
     if (result != abi::kSuccess) return result;
   }
-  wire::AcceptMessage message = wire::makeAcceptMessage(id(), request.senderCommId);
-  message.protocol = static_cast<uint32_t>(protocol.id());
+  wire::AcceptMessage message =
+      wire::makeAcceptMessage(id(), request.senderCommId, static_cast<uint32_t>(protocol.id()));
   return device().controlChannel().send(acceptSend_, control().data, control().desc, peer_,
                                         request.senderCommId, wire::ControlKind::kAccept, &message,
                                         sizeof(message));

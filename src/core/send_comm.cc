@@ -30,11 +30,9 @@ abi::Result SendComm::start(const wire::ListenHandle& handle) {
   abi::Result result = protocol.startSend(*this, &info);
   if (result != abi::kSuccess) return result;
   const auto& address = device().rail().address();
-  wire::ConnectMessage message =
-      wire::makeConnectMessage(id(), handle.listenerId, address.data(), address.size());
-  message.protocol = static_cast<uint16_t>(protocol.id());
-  message.ringAddress = info.ringAddress;
-  message.ringKey = info.ringKey;
+  wire::ConnectMessage message = wire::makeConnectMessage(
+      id(), handle.listenerId, address.data(), address.size(), static_cast<uint16_t>(protocol.id()),
+      info.ringAddress, info.ringKey);
   return device().controlChannel().send(connectSend_, control().data, control().desc, peer_,
                                         handle.listenerId, wire::ControlKind::kConnect, &message,
                                         sizeof(message));

@@ -123,7 +123,8 @@ bool decodeListenHandle(const void* data, size_t size, const std::string& provid
 }
 
 ConnectMessage makeConnectMessage(uint32_t senderCommId, uint32_t listenerId, const void* address,
-                                  size_t addressLength) {
+                                  size_t addressLength, uint16_t protocol, uint64_t ringAddress,
+                                  uint64_t ringKey) {
   if (addressLength > kMaxAddressLength) throw std::runtime_error("endpoint address too long");
   ConnectMessage message{};
   message.magic = ConnectMessage::kMagic;
@@ -132,9 +133,12 @@ ConnectMessage makeConnectMessage(uint32_t senderCommId, uint32_t listenerId, co
   message.senderCommId = senderCommId;
   message.listenerId = listenerId;
   message.addressLength = static_cast<uint16_t>(addressLength);
+  message.protocol = protocol;
   message.pid = localPid();
   message.hostId = localHostId();
   memcpy(message.address, address, addressLength);
+  message.ringAddress = ringAddress;
+  message.ringKey = ringKey;
   return message;
 }
 
@@ -162,7 +166,7 @@ bool decodeConnectMessage(const void* data, size_t size, uint32_t expectedListen
   return true;
 }
 
-AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId) {
+AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId, uint32_t protocol) {
   AcceptMessage message{};
   message.magic = AcceptMessage::kMagic;
   message.version = kVersion;
@@ -170,6 +174,7 @@ AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId) {
   message.recvCommId = recvCommId;
   message.senderCommId = senderCommId;
   message.pid = localPid();
+  message.protocol = protocol;
   message.hostId = localHostId();
   return message;
 }

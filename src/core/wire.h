@@ -101,12 +101,14 @@ ListenHandle makeListenHandle(uint32_t listenerId, const std::string& provider, 
 bool decodeListenHandle(const void* data, size_t size, const std::string& provider,
                         ListenHandle* out, std::string* reason);
 
+// `protocol`, `ringAddress`, `ringKey`: the data protocol and, for rdma, the descriptor ring.
 ConnectMessage makeConnectMessage(uint32_t senderCommId, uint32_t listenerId, const void* address,
-                                  size_t addressLength);
+                                  size_t addressLength, uint16_t protocol = 0,
+                                  uint64_t ringAddress = 0, uint64_t ringKey = 0);
 bool decodeConnectMessage(const void* data, size_t size, uint32_t expectedListenerId,
                           ConnectMessage* out, std::string* reason);
 
-AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId);
+AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId, uint32_t protocol = 0);
 bool decodeAcceptMessage(const void* data, size_t size, uint32_t expectedSenderCommId,
                          AcceptMessage* out, std::string* reason);
 

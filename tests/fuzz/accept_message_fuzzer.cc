@@ -15,15 +15,14 @@ namespace {
 
 using core::wire::AcceptMessage;
 
-// The encoder gives back the accepted message, except for this process's pid and host id and
-// the reserved word it leaves zero.
+// The encoder gives back the accepted message, except for this process's pid and host id.
 void checkReencodes(const std::vector<uint8_t>& bytes, const AcceptMessage& decoded) {
   AcceptMessage expected;
   memcpy(&expected, bytes.data(), sizeof(expected));
   expected.pid = core::wire::localPid();
   expected.hostId = core::wire::localHostId();
-  expected.reserved = 0;
-  AcceptMessage again = core::wire::makeAcceptMessage(decoded.recvCommId, decoded.senderCommId);
+  AcceptMessage again =
+      core::wire::makeAcceptMessage(decoded.recvCommId, decoded.senderCommId, decoded.protocol);
   NNF_FUZZ_CHECK(memcmp(&again, &expected, sizeof(again)) == 0);
 }
 

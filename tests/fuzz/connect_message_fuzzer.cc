@@ -18,17 +18,17 @@ using core::wire::ConnectMessage;
 
 // Encodes what was decoded and compares bytes: the encoder must give back the very message,
 // except for what it takes from this process (pid, host id) and the bytes it leaves zero
-// (reserved, the address past its length). Decoding the re-encoded message gives the same fields.
+// (the address past its length). Decoding the re-encoded message gives the same fields.
 void checkReencodes(const std::vector<uint8_t>& bytes, const ConnectMessage& decoded) {
   ConnectMessage expected;
   memcpy(&expected, bytes.data(), sizeof(expected));
   expected.pid = core::wire::localPid();
   expected.hostId = core::wire::localHostId();
-  expected.reserved = 0;
   memset(expected.address + expected.addressLength, 0,
          core::wire::kMaxAddressLength - expected.addressLength);
-  ConnectMessage again = core::wire::makeConnectMessage(decoded.senderCommId, decoded.listenerId,
-                                                        decoded.address, decoded.addressLength);
+  ConnectMessage again = core::wire::makeConnectMessage(
+      decoded.senderCommId, decoded.listenerId, decoded.address, decoded.addressLength,
+      decoded.protocol, decoded.ringAddress, decoded.ringKey);
   NNF_FUZZ_CHECK(memcmp(&again, &expected, sizeof(again)) == 0);
 
   ConnectMessage twice;

@@ -439,11 +439,15 @@ void Rdma::forget(core::DataComm& comm, core::Request& request) {
 int Rdma::ownInFlight(const core::DataComm& comm) const {
   if (comm.protocolState() == nullptr) return 0;
   if (comm.kind() == core::Comm::Kind::kSend) {
-    return static_cast<const SendState*>(comm.protocolState())->closedAck.inFlight ? 1 : 0;
+    // Queued counts too: a comm freed with an operation in the device's retry queue would
+    // leave the queue pointing into freed memory.
+    const core::Operation& ack = static_cast<const SendState*>(comm.protocolState())->closedAck;
+    return ack.inFlight || ack.queued ? 1 : 0;
   }
   auto& state = *static_cast<RecvState*>(comm.protocolState());
   int count = 0;
-  state.forEachOwn([&count](const core::Operation& op) { count += op.inFlight ? 1 : 0; });
+  state.forEachOwn(
+      [&count](const core::Operation& op) { count += op.inFlight || op.queued ? 1 : 0; });
   return count;
 }
 

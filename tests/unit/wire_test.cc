@@ -152,7 +152,7 @@ TEST(ConnectMessage, RoundTripsAndChecksListener) {
   EXPECT_FALSE(wire::decodeConnectMessage(&message, sizeof(message), 4, &decoded, &reason));
   EXPECT_TRUE(names(reason, "listener 3, not 4"));
   EXPECT_FALSE(wire::decodeConnectMessage(&message, sizeof(message) - 1, 3, &decoded, &reason));
-  EXPECT_TRUE(names(reason, "is 127 bytes, expected 128"));
+  EXPECT_TRUE(names(reason, "is 143 bytes, expected 144"));
 }
 
 // Each field the decoder checks, broken alone in an otherwise valid message: rejected, for the
@@ -169,8 +169,8 @@ TEST(ConnectMessage, RejectsEachBadFieldForItsOwnReason) {
   bad.magic ^= 1;
   EXPECT_TRUE(names(rejection(bad), "foreign magic"));
   bad = message;
-  bad.version = 2;
-  EXPECT_TRUE(names(rejection(bad), "version 2"));
+  bad.version = 1;  // the version before the protocol ids and the rdma ring
+  EXPECT_TRUE(names(rejection(bad), "version 1"));
   bad = message;
   bad.length = 4000;
   EXPECT_TRUE(names(rejection(bad), "declares 4000 bytes"));

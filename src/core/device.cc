@@ -310,7 +310,9 @@ void Device::dispatchError() {
   Operation* op = Operation::fromContext(entry.op_context);
   op->inFlight = false;
   --laneOf(*op).posted;
-  op->owner->onError(*op, entry.err, entry.olen, text);
+  // shm in libfabric 1.17 reports a truncation as -FI_ETRUNC: errors are positive elsewhere.
+  int error = entry.err < 0 ? -entry.err : entry.err;
+  op->owner->onError(*op, error, entry.olen, text);
 }
 
 bool Device::startControl() {

@@ -92,6 +92,17 @@ table() {
   mutant drain-not-reposted src/core/drain_pool.cc \
     'if (device_.post(entry->op) == abi::kSuccess) return;' 'return;' \
     close_test 'Close.MessagesForClosedCommsAreDrained' 'NNF_TEST_PROVIDER=shm NNF_DRAIN_MESSAGES=2000'
+  # The rdma protocol: truncation known before a byte moves; matching by (tag, sequence);
+  # a buffer completes only when every segment has landed.
+  mutant rdma-truncation-unchecked src/protocol/rdma.cc \
+    'if (total > buffer.size) {' 'if (false) {' \
+    errors_test 'Sizes/TruncatingReceive.*' NNF_TEST_PROVIDER=tcp+rdma
+  mutant rdma-match-tag-only src/protocol/rdma_matching.h \
+    'if (table[i].tag == tag && table[i].seq == seq) {' 'if (table[i].tag == tag) {' \
+    rdma_matching_test '*' -
+  mutant rdma-first-segment-completes src/protocol/rdma_matching.h \
+    'if (++buffer.seen < segments) return SegmentOutcome::kPending;' '++buffer.seen;' \
+    rdma_matching_test '*' -
 }
 
 # ---------------------------------------------------------------------------------------------

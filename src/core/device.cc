@@ -362,11 +362,18 @@ void Device::destroyComm(Comm& comm) {
 }
 
 void Device::reapClosed() {
-  std::vector<Comm*> done;
-  for (Comm* comm : closing_) {
-    if (!comm->held() && comm->inFlight() == 0) done.push_back(comm);
+  // A few comms a call, round-robin: thousands closing at once (each waiting for its last
+  // control message) must not make every progress call scan them all.
+  constexpr size_t kReapPerCall = 64;
+  for (size_t checked = 0; checked < kReapPerCall && !closing_.empty(); ++checked) {
+    if (reapCursor_ >= closing_.size()) reapCursor_ = 0;
+    Comm* comm = closing_[reapCursor_];
+    if (!comm->held() && comm->inFlight() == 0) {
+      destroyComm(*comm);  // removes it from closing_: the cursor now names the next one
+    } else {
+      ++reapCursor_;
+    }
   }
-  for (Comm* comm : done) destroyComm(*comm);
 }
 
 int Device::peerAddress(const uint8_t* address, size_t length, fi_addr_t* out) {

@@ -207,6 +207,7 @@ class Device {
   bool controlStarted_ = false;
   std::unordered_map<uint32_t, std::unique_ptr<Comm>> comms_;
   std::vector<Comm*> closing_;
+  size_t reapCursor_ = 0;  // where reapClosed() goes on
   uint32_t nextId_ = 1;
   uint64_t nextKey_ = 1;
   std::mt19937_64 nonces_{std::random_device{}()};

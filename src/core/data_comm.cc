@@ -97,6 +97,26 @@ void DataComm::failPeer(const char* why, bool quiet) {
   });
 }
 
+void DataComm::failUnposted(const char* why) {
+  peerFailed_ = true;  // isend and irecv refuse from now on
+  int failed = 0;
+  forEachRequest([&failed](Request& request) {
+    if (request.state != Request::State::kActive) return;
+    for (int i = 0; i < request.count; ++i) {
+      if (request.ops[i].inFlight || request.ops[i].queued) return;
+    }
+    request.state = Request::State::kFailed;
+    request.error = abi::kRemoteError;
+    ++failed;
+  });
+  if (failed > 0 && !errorReported_ && !closed()) {
+    errorReported_ = true;
+    NNF_WARN("comm %u: %s; failing its %d request(s) that wait for it", id(), why, failed);
+  } else {
+    NNF_INFO(abi::kLogSubsysNet, "comm %u: %s (%d request(s) waiting)", id(), why, failed);
+  }
+}
+
 void DataComm::onPing(Operation& op, int error, const char* text) {
   // A closing comm still listens to its pings: their failure ends the wait for its operations.
   if (error != 0 && error != FI_ECANCELED) {

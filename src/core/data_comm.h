@@ -90,6 +90,10 @@ class DataComm : public Comm {
   }
   // `quiet`: an expected death (found while closing) is logged at INFO only.
   void failPeer(const char* why, bool quiet = false);
+  // The peer takes nothing more, but what is in flight finishes on its own (rdma: the receiver
+  // closed after taking those writes): fails the requests not yet with the provider and any new
+  // one; the others complete or fail as the provider reports them.
+  void failUnposted(const char* why);
   // On this host the peer's pid answers at once: true, and the comm failed, once it has exited.
   bool peerProcessExited(bool quiet);
   void sendPing();  // zero bytes to the peer's ping receive; its failure means the peer is gone

@@ -47,11 +47,8 @@ void SendComm::onControlComplete(Operation& op, size_t length) {
 void SendComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) {
   if (kind == wire::ControlKind::kClosed) {
     // The receiver is gone for good: what waits for it fails now rather than at a timeout.
-    bool waiting = false;
-    forEachRequest([&waiting](Request& request) {
-      waiting = waiting || request.state == Request::State::kActive;
-    });
-    failPeer("the receiver closed the connection", /*quiet=*/!waiting || closed());
+    // Writes in flight are not failed: the receiver may have taken them before it closed.
+    failUnposted("the receiver closed the connection");
     device().protocol().onPeerClosed(*this);
     return;
   }

@@ -64,9 +64,10 @@ abi::Result Plugin::deregMr(void* comm, void* handle) {
   }
   auto* mh = static_cast<MemoryHandle*>(handle);
   // Sends waiting for their receive (rdma) must see the release before the registration goes.
+  // The registry's device lock, not `comm`'s: NCCL may deregister after closing the comm.
   bool keep = false;
-  if (Comm* owner = Comm::fromHandle(comm)) {
-    std::lock_guard<fabric::DomainLock> lock(owner->device().domainLock());
+  {
+    std::lock_guard<fabric::DomainLock> lock(mh->registry->deviceLock());
     mh->released = true;
     keep = mh->waitingSends > 0;
   }

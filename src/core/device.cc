@@ -83,8 +83,8 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
   drains_ = std::make_unique<DrainPool>(*this, drainedIds,
                                         provider_ == "shm" ? properties_.maxMessageBytes : 0);
   memory_ = std::make_unique<MemoryRegistry>(
-      *registrar_, memory::MrCacheOptions::fromConfig(config), cuda_, properties_.ptrSupport,
-      rmaRead_ ? FI_REMOTE_READ : 0, rail_->needsLocalRegistration(),
+      *registrar_, domainLock_, memory::MrCacheOptions::fromConfig(config), cuda_,
+      properties_.ptrSupport, rmaRead_ ? FI_REMOTE_READ : 0, rail_->needsLocalRegistration(),
       spec.rdma ? FI_WRITE | FI_REMOTE_WRITE : 0);
   if (rmaRead_) {
     // Flush reads land in this word: a read from our own endpoint orders after the receive's

@@ -23,10 +23,12 @@ const char* ncclTypeName(int type) {
 
 }  // namespace
 
-MemoryRegistry::MemoryRegistry(memory::Registrar& registrar, const memory::MrCacheOptions& options,
+MemoryRegistry::MemoryRegistry(memory::Registrar& registrar, fabric::DomainLock& lock,
+                               const memory::MrCacheOptions& options,
                                const memory::CudaDriver* cuda, int ptrSupport, uint64_t gpuAccess,
                                bool hostDescriptors, uint64_t dataAccess)
     : cache_(registrar, options),
+      lock_(lock),
       cuda_(cuda),
       ptrSupport_(ptrSupport),
       gpuAccess_(gpuAccess),

@@ -10,6 +10,7 @@
 
 #include "abi/nccl_abi.h"
 #include "core/memory_handle.h"
+#include "fabric/domain_lock.h"
 #include "memory/cuda_driver.h"
 #include "memory/mr_cache.h"
 #include "memory/region.h"
@@ -25,9 +26,10 @@ class MemoryRegistry {
   // otherwise host operations go without one, which keeps providers on their fastest path.
   // `dataAccess` adds access bits to every buffer NCCL registers (the rdma protocol writes into
   // them: FI_WRITE | FI_REMOTE_WRITE).
-  MemoryRegistry(memory::Registrar& registrar, const memory::MrCacheOptions& options,
-                 const memory::CudaDriver* cuda, int ptrSupport, uint64_t gpuAccess,
-                 bool hostDescriptors = true, uint64_t dataAccess = 0);
+  MemoryRegistry(memory::Registrar& registrar, fabric::DomainLock& lock,
+                 const memory::MrCacheOptions& options, const memory::CudaDriver* cuda,
+                 int ptrSupport, uint64_t gpuAccess, bool hostDescriptors = true,
+                 uint64_t dataAccess = 0);
 
   abi::Result registerBuffer(void* data, size_t size, int ncclType, int dmabufFd,
                              uint64_t dmabufOffset, MemoryHandle** out);
@@ -38,12 +40,15 @@ class MemoryRegistry {
   abi::Result deregister(MemoryHandle* handle, bool keep = false);
 
   memory::MrCacheStats stats() const { return cache_.stats(); }
+  // The lock of the device the registrations belong to (the registrar's domain lock).
+  fabric::DomainLock& deviceLock() { return lock_; }
   int ptrSupport() const { return ptrSupport_; }
 
  private:
   abi::Result acquire(const memory::Region& region, int ncclType, MemoryHandle** out);
 
   memory::MrCache cache_;
+  fabric::DomainLock& lock_;
   const memory::CudaDriver* cuda_;
   int ptrSupport_;
   uint64_t gpuAccess_;

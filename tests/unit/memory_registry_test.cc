@@ -140,13 +140,14 @@ class MemoryRegistryTest : public ::testing::Test {
                                                memory::MrCacheOptions options = {},
                                                bool withCuda = true) {
     options.pageSize = kPage;
-    return std::make_unique<MemoryRegistry>(recorder_, options, withCuda ? cuda_.get() : nullptr,
-                                            ptrSupport, gpuAccess);
+    return std::make_unique<MemoryRegistry>(
+        recorder_, lock_, options, withCuda ? cuda_.get() : nullptr, ptrSupport, gpuAccess);
   }
 
   FakeCuda fake_;
   std::unique_ptr<memory::CudaDriver> cuda_;
   RecordingRegistrar recorder_;
+  nnf::fabric::DomainLock lock_;
 };
 
 TEST_F(MemoryRegistryTest, HostBufferReachesRegistrarAsHostMemoryWithSendRecvAccess) {
@@ -592,7 +593,7 @@ class MemoryRegistryShmTest : public MemoryRegistryTest {
 
 TEST_F(MemoryRegistryShmTest, HostRegistersAndSubRangesHitOnARealDomain) {
   ASSERT_TRUE(fabricRegistrar_->providerHasHmem());
-  MemoryRegistry registry(*wrapper_, {true, 0, 0, kPage}, cuda_.get(),
+  MemoryRegistry registry(*wrapper_, domainLock_, {true, 0, 0, kPage}, cuda_.get(),
                           abi::kPtrHost | abi::kPtrCuda, FI_REMOTE_READ);
   Buffer host(32 * kPage);
   MemoryHandle *whole = nullptr, *part = nullptr;
@@ -613,7 +614,7 @@ TEST_F(MemoryRegistryShmTest, HostRegistersAndSubRangesHitOnARealDomain) {
 }
 
 TEST_F(MemoryRegistryShmTest, ProviderRefusingCudaMemoryGivesAnErrorAndOneWarnWithDetails) {
-  MemoryRegistry registry(*wrapper_, {true, 0, 0, kPage}, cuda_.get(),
+  MemoryRegistry registry(*wrapper_, domainLock_, {true, 0, 0, kPage}, cuda_.get(),
                           abi::kPtrHost | abi::kPtrCuda, FI_REMOTE_READ);
   Buffer gpu(8 * kPage);
   fake_.declare(gpu.data(), gpu.size(), 2);

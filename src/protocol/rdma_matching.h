@@ -27,10 +27,14 @@ struct Arrived {
 
 class SendMatcher {
  public:
-  // Tables are reserved by first use (an idle comm holds none): descriptors for every buffer
-  // the receiver can describe at once, waiting sends for 64 (more grow the table once).
+  // Neither table can outgrow its bound: the receiver describes at most kSlots groups at once,
+  // and a send comm holds at most kMaxRequests × kGroup requests (core::SendComm's pool).
+  static constexpr size_t kMaxEntries = size_t{kSlots} * kGroup;
+
+  // Both tables are reserved in full by the first use of either (an idle comm holds none), so
+  // that the data path never allocates whichever side runs ahead (allocation_test under load).
   void addDescriptor(const Arrived& arrived) {
-    if (descriptors_.capacity() == 0) descriptors_.reserve(size_t{kSlots} * kGroup);
+    reserveOnce();
     descriptors_.push_back(arrived);
   }
   // The descriptor for (tag, seq), removed from the table; false when it has not arrived.
@@ -39,7 +43,7 @@ class SendMatcher {
   }
   // A send waits for its descriptor; `cookie` identifies it to the caller.
   void addWaiting(int32_t tag, uint16_t seq, void* cookie) {
-    if (waiting_.capacity() == 0) waiting_.reserve(64);
+    reserveOnce();
     waiting_.push_back(Waiting{tag, seq, cookie});
   }
   void* takeWaiting(int32_t tag, uint16_t seq) {
@@ -48,8 +52,14 @@ class SendMatcher {
   }
   size_t descriptorsHeld() const { return descriptors_.size(); }
   size_t sendsWaiting() const { return waiting_.size(); }
+  size_t capacity() const { return descriptors_.capacity() + waiting_.capacity(); }
 
  private:
+  void reserveOnce() {
+    if (waiting_.capacity() != 0) return;
+    waiting_.reserve(kMaxEntries);
+    descriptors_.reserve(kMaxEntries);
+  }
   struct Waiting {
     int32_t tag;
     uint16_t seq;

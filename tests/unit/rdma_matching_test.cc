@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "abi/nccl_abi.h"
 #include "protocol/rdma_matching.h"
 #include "protocol/rdma_wire.h"
 
@@ -64,6 +65,25 @@ TEST(RdmaMatching, DescriptorAndSendMeetWhicheverComesFirst) {
   EXPECT_EQ(out.slot, 3);
   EXPECT_EQ(out.index, 1);
   EXPECT_EQ(matcher.descriptorsHeld(), 0u);
+}
+
+// A sender may run a whole request pool ahead of its receiver (32 × 8 sends waiting), or the
+// receiver a whole ring ahead of it: neither may grow a table on the data path.
+TEST(RdmaMatching, TablesHoldTheirBoundWithoutGrowing) {
+  SendMatcher matcher;
+  int cookies[SendMatcher::kMaxEntries];
+  matcher.addWaiting(0, 0, &cookies[0]);
+  const size_t reserved = matcher.capacity();  // the first use reserves both tables
+  matcher.addDescriptor(Arrived{0, 0, 0, 0});
+  for (size_t i = 1; i < SendMatcher::kMaxEntries; ++i) {
+    matcher.addWaiting(1, static_cast<uint16_t>(i), &cookies[i]);
+    matcher.addDescriptor(Arrived{2, static_cast<uint16_t>(i), 0, 0});
+  }
+  EXPECT_EQ(matcher.sendsWaiting(), SendMatcher::kMaxEntries);
+  EXPECT_EQ(matcher.descriptorsHeld(), SendMatcher::kMaxEntries);
+  EXPECT_EQ(matcher.capacity(), reserved) << "a table grew: the data path allocated";
+  EXPECT_EQ(SendMatcher::kMaxEntries, size_t{abi::kMaxRequests} * kGroup)
+      << "a send comm's request pool bounds the waiting sends";
 }
 
 TEST(RdmaMatching, SlotProgressRejectsWhatNoReceiveExpects) {

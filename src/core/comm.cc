@@ -21,7 +21,7 @@ void Comm::close() {
 void Comm::cancel(Operation& op) {
   if (op.queued) device_.unqueue(op);
   // Sends usually cannot be cancelled; they complete on their own and the device waits.
-  if (op.inFlight) device_.rail().cancel(&op.context);
+  if (op.inFlight) device_.cancel(op);
 }
 
 }  // namespace nnf::core

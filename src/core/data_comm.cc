@@ -20,9 +20,10 @@ namespace {
 constexpr size_t kTagsPerComm = 256;
 }  // namespace
 
-DataComm::DataComm(Device& device, Kind kind, uint32_t id, size_t requests, OpPool* ops)
+DataComm::DataComm(Device& device, Kind kind, uint32_t id, size_t requests, OpPool* ops,
+                   size_t inlineOps)
     : Comm(device, kind, id),
-      pool_(this, requests, ops),
+      pool_(this, requests, ops, inlineOps),
       flushPool_(this, kind == Kind::kRecv ? abi::kMaxRequests : 0, nullptr),
       sequences_(kTagsPerComm) {
   peerCheckNs_ =
@@ -219,7 +220,7 @@ void DataComm::abandon(Request& request) {
     Operation& op = request.ops[i];
     if (op.queued) device().unqueue(op);
     if (op.inFlight) {
-      device().rail().cancel(&op.context);
+      device().cancel(op);
       ++held;
     }
   }

@@ -9,6 +9,7 @@
 #include "core/comm.h"
 #include "core/request.h"
 #include "core/sequence_table.h"
+#include "memory/region.h"
 #include "protocol/protocol.h"
 
 namespace nnf::core {
@@ -17,7 +18,8 @@ class DataComm : public Comm {
  public:
   // `requests` at most, their operations from `ops` (a pool of the device; null: one operation
   // per request, carried inline).
-  DataComm(Device& device, Kind kind, uint32_t id, size_t requests, OpPool* ops);
+  DataComm(Device& device, Kind kind, uint32_t id, size_t requests, OpPool* ops,
+           size_t inlineOps = 1);
 
   RequestPool& pool() { return pool_; }
   // The protocol's own state in this comm (null when it keeps none).
@@ -30,6 +32,10 @@ class DataComm : public Comm {
   RequestPool& flushPool() { return flushPool_; }
   SequenceTable& sequences() { return sequences_; }
   fi_addr_t peer() const { return peer_; }
+  // The peer on each rail both ends drive (a send comm learns them from the accept message;
+  // rail 0 is peer()). Data may move on rails 0..rails()-1.
+  fi_addr_t peer(size_t rail) const { return rail == 0 ? peer_ : railPeers_[rail - 1]; }
+  size_t rails() const { return rails_; }
   uint32_t remoteId() const { return remoteId_; }
 
   // A data operation finished: record its size and finish the request when it was the last.
@@ -101,6 +107,8 @@ class DataComm : public Comm {
   void onPing(Operation& op, int error, const char* text);
 
   fi_addr_t peer_ = FI_ADDR_UNSPEC;
+  fi_addr_t railPeers_[memory::kMaxRails - 1] = {};
+  size_t rails_ = 1;
   uint32_t remoteId_ = 0;
 
  private:

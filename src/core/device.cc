@@ -43,26 +43,38 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
       !platform::tagFormatFits(leader->ep_attr->mem_tag_format, tags::kBitsUsed, &why)) {
     throw std::runtime_error(why + "; choose another provider with NCCL_FABRIC_PROVIDER");
   }
-  openRail(leader, spec.rmaRead, spec.rdma);
+  openRails(spec);
   if (spec.rdma) {
     protocol_ = std::make_unique<protocol::Rdma>();
-    immediateLength_ = rail_->cqDataSize() >= 8;
-    // Segments of at most 2 GiB, at most 127 of them (the immediate data's fields).
+    immediateLength_ = true;
+    for (const auto& rail : rails_) immediateLength_ = immediateLength_ && rail->cqDataSize() >= 8;
+    // Segments of at most 2 GiB, at most 31 of them over every rail (the immediate's fields).
     properties_.maxMessageBytes =
-        std::min<size_t>(properties_.maxMessageBytes,
-                         protocol::rdma::kMaxSegments * protocol::rdma::kMaxSegmentBytes);
+        std::min<size_t>(properties_.maxMessageBytes, protocol::rdma::kMaxMessageBytes);
+    stripeMinBytes_ = static_cast<size_t>(config.integer(config::Param::kStripeMin));
   } else {
     protocol_ = std::make_unique<protocol::SendRecv>();
   }
-  injectLimit_ = config.flag(config::Param::kInject) ? rail_->injectSize() : 0;
+  injectLimit_ = config.flag(config::Param::kInject) ? rail().injectSize() : 0;
   completions_.resize(static_cast<size_t>(config.integer(config::Param::kCqReadCount)));
 
   cuda_ = spec.cuda;
   flushSetting_ = memory::flushSettingFromConfig(config);
-  registrar_ = std::make_unique<memory::FabricRegistrar>(rail_->domain(), rail_->info(),
-                                                         domainLock_, rail_->endpoint());
+  registrar_ = std::make_unique<memory::FabricRegistrar>(rail().domain(), rail().info(),
+                                                         domainLock_, rail().endpoint());
+  memory::Registrar* dataRegistrar = registrar_.get();
+  if (rails_.size() > 1) {
+    std::vector<memory::FabricRegistrar*> set{registrar_.get()};
+    for (size_t r = 1; r < rails_.size(); ++r) {
+      railRegistrars_.push_back(std::make_unique<memory::FabricRegistrar>(
+          rails_[r]->domain(), rails_[r]->info(), domainLock_, rails_[r]->endpoint()));
+      set.push_back(railRegistrars_.back().get());
+    }
+    railSet_ = std::make_unique<memory::RailSetRegistrar>(std::move(set));
+    dataRegistrar = railSet_.get();
+  }
   controlArena_ =
-      std::make_unique<ControlArena>(rail_->needsLocalRegistration() ? registrar_.get() : nullptr);
+      std::make_unique<ControlArena>(rail().needsLocalRegistration() ? registrar_.get() : nullptr);
   if (spec.rdma) {
     rdmaArena_ = std::make_unique<ControlArena>(registrar_.get(), protocol::rdma::kArenaSlotBytes,
                                                 FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE);
@@ -83,8 +95,8 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
   drains_ = std::make_unique<DrainPool>(*this, drainedIds,
                                         provider_ == "shm" ? properties_.maxMessageBytes : 0);
   memory_ = std::make_unique<MemoryRegistry>(
-      *registrar_, domainLock_, memory::MrCacheOptions::fromConfig(config), cuda_,
-      properties_.ptrSupport, rmaRead_ ? FI_REMOTE_READ : 0, rail_->needsLocalRegistration(),
+      *dataRegistrar, domainLock_, memory::MrCacheOptions::fromConfig(config), cuda_,
+      properties_.ptrSupport, rmaRead_ ? FI_REMOTE_READ : 0, rail().needsLocalRegistration(),
       spec.rdma ? FI_WRITE | FI_REMOTE_WRITE : 0);
   if (rmaRead_) {
     // Flush reads land in this word: a read from our own endpoint orders after the receive's
@@ -93,7 +105,7 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
         abi::kSuccess) {
       throw std::runtime_error("cannot register the GPUDirect flush word");
     }
-    const auto& self = rail_->address();
+    const auto& self = rail().address();
     if (peerAddress(self.data(), self.size(), &selfAddress_) != 0) {
       throw std::runtime_error("cannot insert our own address for GPUDirect flushes");
     }
@@ -116,20 +128,33 @@ void Device::setLimits(const fi_info* leader, size_t ownReceives) {
            properties_.name.c_str(), rx_.limit, ownReceives, tx_.limit);
 }
 
-void Device::openRail(const fi_info* leader, bool readFlush, bool rdma) {
+void Device::openRails(const DeviceSpec& spec) {
+  const fi_info* leader = spec.rails.front();
   const platform::ProviderRules& rules = platform::rulesFor(platform::familyOf(provider_));
   platform::EndpointNeeds needs;
   needs.hmem = (leader->caps & FI_HMEM) != 0;
-  needs.readFlush = readFlush;
+  needs.readFlush = spec.rmaRead;
   // Data moves by RMA writes under rdma; messages (control, and data under sendrecv) are always
   // there, and EFA applies the ordering option to every message.
-  needs.rmaWrite = rdma;
+  needs.rmaWrite = spec.rdma;
   std::vector<platform::EndpointOption> options = platform::optionsFor(rules, needs);
   std::vector<fabric::EndpointSetting> settings;
   for (const platform::EndpointOption& option : options) {
     settings.push_back({option.level, option.optname, option.value, 0});
   }
-  rail_ = std::make_unique<fabric::Rail>(leader, 0, &settings);
+  rails_.push_back(std::make_unique<fabric::Rail>(leader, 0, &settings));
+  // The other rails carry rdma writes only; an option they refuse was refused by the leader
+  // too or matters for messages alone, so their answers are logged, not acted on.
+  size_t wanted = spec.rdma ? std::min(spec.rails.size(), memory::kMaxRails) : 1;
+  for (size_t r = 1; r < wanted; ++r) {
+    std::vector<fabric::EndpointSetting> railSettings = settings;
+    rails_.push_back(std::make_unique<fabric::Rail>(spec.rails[r], 0, &railSettings));
+  }
+  if (spec.rdma && spec.rails.size() > wanted) {
+    NNF_INFO(abi::kLogSubsysInit, "%s: data moves on the first %zu of its %zu NICs",
+             properties_.name.c_str(), wanted, spec.rails.size());
+  }
+  const bool readFlush = spec.rmaRead;
 
   std::vector<platform::OptionResult> results;
   for (size_t i = 0; i < options.size(); ++i) results.push_back({options[i], settings[i].result});
@@ -151,34 +176,37 @@ Device::~Device() {
   if (rdmaArena_) rdmaArena_->deregisterAll();
   memory_.reset();
   registrar_.reset();
-  rail_.reset();
+  railSet_.reset();
+  railRegistrars_.clear();
+  rails_.clear();
   comms_.clear();
   drains_.reset();
   controlChannel_.reset();
 }
 
 abi::Result Device::postNow(Operation& op, ssize_t* ret) {
+  fabric::Rail& rail = *rails_[op.rail];
   switch (op.type) {
     case OpType::kSend:
-      *ret = rail_->tsend(op.buffer, op.length, op.desc, op.peer, op.tag, &op.context);
+      *ret = rail.tsend(op.buffer, op.length, op.desc, op.peer, op.tag, &op.context);
       break;
     case OpType::kRecv:
-      *ret = rail_->trecv(op.buffer, op.length, op.desc, FI_ADDR_UNSPEC, op.tag, op.ignore,
-                          &op.context);
+      *ret =
+          rail.trecv(op.buffer, op.length, op.desc, FI_ADDR_UNSPEC, op.tag, op.ignore, &op.context);
       break;
     case OpType::kControlSend:
-      *ret = rail_->send(op.buffer, op.length, op.desc, op.peer, &op.context);
+      *ret = rail.send(op.buffer, op.length, op.desc, op.peer, &op.context);
       break;
     case OpType::kControlRecv:
-      *ret = rail_->recv(op.buffer, op.length, op.desc, &op.context);
+      *ret = rail.recv(op.buffer, op.length, op.desc, &op.context);
       break;
     case OpType::kRead:
-      *ret = rail_->read(op.buffer, op.length, op.desc, op.peer, op.remoteAddress, op.remoteKey,
-                         &op.context);
+      *ret = rail.read(op.buffer, op.length, op.desc, op.peer, op.remoteAddress, op.remoteKey,
+                       &op.context);
       break;
     case OpType::kWrite:
-      *ret = rail_->writedata(op.buffer, op.length, op.desc, op.tag, op.peer, op.remoteAddress,
-                              op.remoteKey, &op.context);
+      *ret = rail.writedata(op.buffer, op.length, op.desc, op.tag, op.peer, op.remoteAddress,
+                            op.remoteKey, &op.context);
       break;
   }
   abi::Result result = postResult(op, *ret);
@@ -212,7 +240,7 @@ abi::Result Device::post(Operation& op) {
 
 abi::Result Device::inject(const Operation& op) {
   if (!tx_.waiting.empty()) return abi::kInProgress;
-  return postResult(op, rail_->tinject(op.buffer, op.length, op.peer, op.tag));
+  return postResult(op, rail().tinject(op.buffer, op.length, op.peer, op.tag));
 }
 
 void Device::unqueue(Operation& op) {
@@ -264,8 +292,20 @@ void Device::checkWaiting(Lane& lane) {
 }
 
 abi::Result Device::progress() {
+  for (size_t r = 0; r < rails_.size(); ++r) {
+    abi::Result result = readRail(r);
+    if (result != abi::kSuccess) return result;
+  }
+  if (!rx_.waiting.empty() || rx_.fullSinceNs != 0) retryQueued(rx_);
+  if (!tx_.waiting.empty() || tx_.fullSinceNs != 0) retryQueued(tx_);
+  if (!closing_.empty()) reapClosed();
+  return abi::kSuccess;
+}
+
+abi::Result Device::readRail(size_t index) {
+  fabric::Rail& rail = *rails_[index];
   for (;;) {
-    ssize_t count = rail_->readCompletions(completions_.data(), completions_.size());
+    ssize_t count = rail.readCompletions(completions_.data(), completions_.size());
     if (count > 0) {
       for (ssize_t i = 0; i < count; ++i) {
         const fi_cq_tagged_entry& entry = completions_[i];
@@ -285,23 +325,21 @@ abi::Result Device::progress() {
     }
     if (count == -FI_EAGAIN) break;
     if (count == -FI_EAVAIL) {
-      dispatchError();
+      dispatchError(rail);
       continue;
     }
-    NNF_WARN("reading the completion queue of device %d failed: %s", index_,
+    NNF_WARN("reading the completion queue of device %d (NIC %s) failed: %s", index_,
+             railNames_.size() > index ? railNames_[index].c_str() : "?",
              fabric::errorText(static_cast<int>(count)).c_str());
     return abi::kSystemError;
   }
-  if (!rx_.waiting.empty() || rx_.fullSinceNs != 0) retryQueued(rx_);
-  if (!tx_.waiting.empty() || tx_.fullSinceNs != 0) retryQueued(tx_);
-  if (!closing_.empty()) reapClosed();
   return abi::kSuccess;
 }
 
-void Device::dispatchError() {
+void Device::dispatchError(fabric::Rail& rail) {
   fi_cq_err_entry entry;
   const char* text = nullptr;
-  ssize_t ret = rail_->readError(&entry, &text);
+  ssize_t ret = rail.readError(&entry, &text);
   if (ret <= 0) return;
   if (entry.op_context == nullptr) {
     NNF_WARN("device %d: completion error without context: %s", index_, fi_strerror(entry.err));
@@ -376,15 +414,16 @@ void Device::reapClosed() {
   }
 }
 
-int Device::peerAddress(const uint8_t* address, size_t length, fi_addr_t* out) {
-  std::vector<uint8_t> key(address, address + length);
+int Device::peerAddress(const uint8_t* address, size_t length, fi_addr_t* out, size_t rail) {
+  std::pair<size_t, std::vector<uint8_t>> key(rail,
+                                              std::vector<uint8_t>(address, address + length));
   auto it = peers_.find(key);
   if (it != peers_.end()) {
     *out = it->second;
     return 0;
   }
   fi_addr_t addr;
-  int ret = rail_->insertAddress(address, length, &addr);
+  int ret = rails_[rail]->insertAddress(address, length, &addr);
   if (ret != 0) return ret;
   peers_.emplace(std::move(key), addr);
   *out = addr;

@@ -27,6 +27,7 @@
 #include "fabric/rail.h"
 #include "memory/fabric_registrar.h"
 #include "memory/gdr_policy.h"
+#include "memory/rail_set_registrar.h"
 #include "protocol/protocol.h"
 
 namespace nnf::core {
@@ -62,9 +63,10 @@ struct DeviceSpec {
 class Device {
  public:
   // Opens the leader rail's fabric objects (the sendrecv protocol moves data on the leader
-  // only) with the endpoint options the provider's rules ask for (src/platform); throws
-  // std::runtime_error with the libfabric error text, or when the provider cannot match our
-  // tags. A refused option narrows the device (host memory only, no read flush, no LL/LL128).
+  // only; rdma opens up to kMaxRails rails of the group) with the endpoint options the provider's
+  // rules ask for (src/platform); throws std::runtime_error with the libfabric error text, or when
+  // the provider cannot match our tags. A refused option narrows the device (host memory only, no
+  // read flush, no LL/LL128).
   Device(int index, const DeviceSpec& spec, const config::Config& config);
   ~Device();
   Device(const Device&) = delete;
@@ -76,7 +78,12 @@ class Device {
   const std::vector<std::string>& gpus() const { return gpus_; }
   const config::Config& config() const { return config_; }
   fabric::DomainLock& domainLock() { return domainLock_; }
-  fabric::Rail& rail() { return *rail_; }
+  // The leader rail: control messages, sendrecv data, flush reads, the rdma descriptor rings.
+  fabric::Rail& rail() { return *rails_.front(); }
+  // Every rail, leader first: the rdma protocol writes data on each (one NIC each); sendrecv
+  // opens the leader only.
+  fabric::Rail& rail(size_t index) { return *rails_[index]; }
+  size_t railCount() const { return rails_.size(); }
   protocol::Protocol& protocol() { return *protocol_; }
   const std::string& provider() const { return provider_; }
   MemoryRegistry& memory() { return *memory_; }
@@ -96,6 +103,8 @@ class Device {
   ControlArena& controlArena() { return *controlArena_; }
   // The rdma protocol's descriptor rings (null under sendrecv).
   ControlArena* rdmaArena() { return rdmaArena_.get(); }
+  // rdma: messages from this size on are cut over every rail (NCCL_FABRIC_STRIPE_MIN).
+  size_t stripeMinBytes() const { return stripeMinBytes_; }
   // True when the immediate data of a write has room for its length (see protocol/rdma_wire.h).
   bool immediateCarriesLength() const { return immediateLength_; }
 
@@ -108,6 +117,8 @@ class Device {
   // provider's queue (receive or transmit) is full, or when others of its kind already wait.
   abi::Result post(Operation& op);
   void unqueue(Operation& op);
+  // Asks the provider of `op`'s rail to cancel it (a completion, with FI_ECANCELED, follows).
+  void cancel(Operation& op) { rails_[op.rail]->cancel(&op.context); }
   // Sends `op` inline when it fits the provider's inject size and nothing waits in the retry
   // queue: no completion will follow, the send is done on return. kInProgress: use post().
   abi::Result inject(const Operation& op);
@@ -136,8 +147,8 @@ class Device {
   // Operations of grouped receives, in blocks of maxRecvs (single operations travel inline).
   OpPool& groupOps() { return *groupOps_; }
 
-  // Address vector entry for a peer endpoint, inserted once per distinct address.
-  int peerAddress(const uint8_t* address, size_t length, fi_addr_t* out);
+  // Address vector entry for a peer endpoint on rail `rail`, inserted once per distinct address.
+  int peerAddress(const uint8_t* address, size_t length, fi_addr_t* out, size_t rail = 0);
 
   // Unpredictable 32-bit values for connection tokens (device lock held).
   uint32_t nextNonce() { return static_cast<uint32_t>(nonces_()); }
@@ -146,12 +157,13 @@ class Device {
   uint64_t nextRegistrationKey() { return nextKey_++; }
 
  private:
-  void openRail(const fi_info* leader, bool readFlush, bool rdma);
+  void openRails(const DeviceSpec& spec);
+  abi::Result readRail(size_t index);
   uint32_t allocateId();
   // Posts the control receives before the first comm (not at init: NCCL_PROTO is settled by
   // then, and a device NCCL never uses posts nothing). False, logged, when they cannot be.
   bool startControl();
-  void dispatchError();
+  void dispatchError(fabric::Rail& rail);
   // Operations of one direction: posted count, the provider's limit, and those waiting.
   struct Lane {
     explicit Lane(const char* laneName) : name(laneName) {}
@@ -181,13 +193,17 @@ class Device {
   bool localOnly_ = false;
   size_t injectLimit_ = 0;
   fabric::DomainLock domainLock_;
-  std::unique_ptr<fabric::Rail> rail_;
+  std::vector<std::unique_ptr<fabric::Rail>> rails_;
   std::unique_ptr<protocol::Protocol> protocol_;
-  std::unique_ptr<memory::FabricRegistrar> registrar_;
+  std::unique_ptr<memory::FabricRegistrar> registrar_;  // the leader's
+  // Rails after the leader register every buffer too, through one rail set (rdma only).
+  std::vector<std::unique_ptr<memory::FabricRegistrar>> railRegistrars_;
+  std::unique_ptr<memory::RailSetRegistrar> railSet_;
   std::unique_ptr<MemoryRegistry> memory_;
   std::unique_ptr<ControlArena> controlArena_;
   std::unique_ptr<ControlArena> rdmaArena_;
   bool immediateLength_ = false;
+  size_t stripeMinBytes_ = 0;
   std::unique_ptr<DrainPool> drains_;
   bool orderingOk_ = true;
   const memory::CudaDriver* cuda_ = nullptr;
@@ -211,7 +227,7 @@ class Device {
   uint32_t nextId_ = 1;
   uint64_t nextKey_ = 1;
   std::mt19937_64 nonces_{std::random_device{}()};
-  std::map<std::vector<uint8_t>, fi_addr_t> peers_;
+  std::map<std::pair<size_t, std::vector<uint8_t>>, fi_addr_t> peers_;  // (rail, address)
 };
 
 }  // namespace nnf::core

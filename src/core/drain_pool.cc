@@ -82,7 +82,7 @@ void DrainPool::stop(Entry* entry) {
   // A posted receive that has not matched leaves the provider's list at once; one that matched
   // a message already completes with it. Either way a new comm with this id loses nothing.
   if (op.inFlight) {
-    device_.rail().cancel(&op.context);
+    device_.cancel(op);
   } else {
     free(entry);
   }

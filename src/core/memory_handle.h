@@ -30,6 +30,17 @@ struct MemoryHandle {
   // The peer-visible address and key of `ptr` inside this registration (RMA).
   uint64_t remoteAddress(const void* ptr) const { return mr->registration().remoteAddress(ptr); }
   uint64_t key() const { return mr->registration().key; }
+  // The same on rail `rail` of the device (0: the leader); rails the registration lacks have
+  // none (0, null).
+  uint64_t key(size_t rail) const {
+    const memory::Registration& reg = mr->registration();
+    return rail < reg.railCount ? reg.keyOf(rail) : 0;
+  }
+  void* descOn(size_t rail) const {
+    if (desc == nullptr || rail == 0) return desc;
+    const memory::Registration& reg = mr->registration();
+    return rail < reg.railCount ? reg.descOf(rail) : nullptr;
+  }
 };
 
 }  // namespace nnf::core

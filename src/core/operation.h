@@ -53,6 +53,7 @@ struct Operation {
   Request* request = nullptr;  // null for connection set-up messages
   OpType type = OpType::kSend;
   uint8_t index = 0;      // position in a grouped receive
+  uint8_t rail = 0;       // the device's rail (NIC) it is posted on: the leader unless rdma
   bool inFlight = false;  // handed to the provider, completion pending
   bool queued = false;    // waiting for a retry after -FI_EAGAIN
   void* buffer = nullptr;

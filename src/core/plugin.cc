@@ -9,6 +9,7 @@
 #include "fabric/provider.h"
 #include "log/log.h"
 #include "memory/gdr_policy.h"
+#include "memory/region.h"
 #include "platform/dmabuf_probe.h"
 #include "platform/env_defaults.h"
 #include "platform/provider_rules.h"
@@ -79,11 +80,12 @@ abi::Result Plugin::init(abi::Logger logger) {
                 : (protocolSetting == "sendrecv"
                        ? "NCCL_FABRIC_PROTOCOL=sendrecv"
                        : "NCCL_FABRIC_PROTOCOL=auto (rdma is opt-in for now)"));
-  // The sendrecv protocol moves data on each device's leader NIC only.
-  constexpr size_t kCarryingRails = 1;
+  // The sendrecv protocol moves data on each device's leader NIC only; rdma on up to
+  // kMaxRails of them (Device opens that many).
+  const size_t carryingRails = rdma ? memory::kMaxRails : 1;
   DevicePlan plan;
   try {
-    plan = planDevices(choice, *config_, kCarryingRails);
+    plan = planDevices(choice, *config_, carryingRails);
   } catch (const config::ConfigError& error) {
     NNF_WARN("invalid configuration: %s", error.what());
     initResult_ = abi::kInvalidUsage;
@@ -132,7 +134,7 @@ abi::Result Plugin::init(abi::Logger logger) {
     gdr = gdr && (device->properties().ptrSupport & abi::kPtrCuda) != 0;
   }
   platform::applyProto(platform::decideProto(orderingOk, getenv("NCCL_PROTO")));
-  exportTopology(plan, gdr, kCarryingRails);
+  exportTopology(plan, gdr, carryingRails);
   NNF_INFO(abi::kLogSubsysInit, "using provider %s (version %u.%u), protocol %s, %zu device(s)",
            provider_.c_str(), FI_MAJOR(choice.providerVersion), FI_MINOR(choice.providerVersion),
            devices_.front()->protocol().name(), devices_.size());

@@ -34,10 +34,11 @@ bool RequestPool::grow() {
     auto* request = new (slot) Request;
     request->comm = comm_;
     request->pool = this;
-    if (ops_ == nullptr) {
-      auto* op = new (slot + sizeof(Request)) Operation;
+    for (size_t k = 0; k < inlineOps_; ++k) {
+      auto* op = new (slot + sizeof(Request) + k * sizeof(Operation)) Operation;
       op->request = request;
-      request->ops = op;
+      op->index = static_cast<uint8_t>(k);
+      if (k == 0) request->ops = op;
     }
     free_.push_back(request);
   }

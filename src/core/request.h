@@ -43,12 +43,14 @@ struct Request {
 // follows what is in flight.
 class RequestPool {
  public:
-  // `ops` null: one operation per request, carried inline.
-  RequestPool(DataComm* comm, size_t capacity, OpPool* ops)
+  // `ops` null: `inlineOps` operations per request, carried inline (a send striped over the
+  // rails of a device has one for each).
+  RequestPool(DataComm* comm, size_t capacity, OpPool* ops, size_t inlineOps = 1)
       : comm_(comm),
         capacity_(capacity),
         ops_(ops),
-        stride_(sizeof(Request) + (ops == nullptr ? sizeof(Operation) : 0)) {}
+        inlineOps_(ops == nullptr ? inlineOps : 0),
+        stride_(sizeof(Request) + inlineOps_ * sizeof(Operation)) {}
   RequestPool(const RequestPool&) = delete;
   RequestPool& operator=(const RequestPool&) = delete;
 
@@ -81,6 +83,7 @@ class RequestPool {
   }
   bool owns(const Request* request) const { return request->pool == this; }
   size_t capacity() const { return capacity_; }
+  size_t inlineOps() const { return inlineOps_; }
   size_t inUse() const { return created_ - free_.size(); }
   template <typename Visit>
   void forEach(Visit&& visit) {
@@ -104,6 +107,7 @@ class RequestPool {
   DataComm* comm_;
   size_t capacity_;
   OpPool* ops_;
+  size_t inlineOps_;
   size_t stride_;  // a request, then its inline operation where it has one
   std::vector<Chunk> chunks_;
   size_t created_ = 0;

@@ -1,5 +1,6 @@
 #include "core/send_comm.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/device.h"
@@ -11,7 +12,7 @@ namespace nnf::core {
 static_assert(sizeof(wire::ConnectMessage) <= ControlChannel::kMaxPayload);
 
 SendComm::SendComm(Device& device, uint32_t id, size_t maxRecvs)
-    : DataComm(device, Kind::kSend, id, abi::kMaxRequests * maxRecvs, nullptr) {
+    : DataComm(device, Kind::kSend, id, abi::kMaxRequests * maxRecvs, nullptr, device.railCount()) {
   // The token pairs the id with a random nonce so that a stale or forged handle cannot name
   // another connection (one generator per device: std::random_device costs ~27 us to open).
   token_ = (uint64_t{device.nextNonce()} << 32) | id;
@@ -68,6 +69,19 @@ void SendComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, siz
     state_ = State::kFailed;
     return;
   }
+  // Data moves on the rails both devices have, rail r to rail r (the same network).
+  size_t rails = std::min<size_t>(device().railCount(), message.rails);
+  for (size_t r = 1; r < rails; ++r) {
+    int ret = device().peerAddress(message.railAddresses[r - 1], message.railAddressLength,
+                                   &railPeers_[r - 1], r);
+    if (ret != 0) {
+      NNF_WARN("connection of comm %u failed: cannot add the receiver's address on NIC %s: %s",
+               id(), device().railNames()[r].c_str(), fi_strerror(-ret));
+      state_ = State::kFailed;
+      return;
+    }
+  }
+  rails_ = rails;
   remoteId_ = message.recvCommId;
   setPeerIdentity(message.pid, message.hostId);
   acceptReceived_ = true;

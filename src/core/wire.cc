@@ -166,7 +166,14 @@ bool decodeConnectMessage(const void* data, size_t size, uint32_t expectedListen
   return true;
 }
 
-AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId, uint32_t protocol) {
+AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId, uint32_t protocol,
+                                size_t rails, const uint8_t* const* railAddresses,
+                                size_t railAddressLength) {
+  if (rails < 1 || rails > kMaxRails ||
+      (rails > 1 && (railAddresses == nullptr || railAddressLength == 0 ||
+                     railAddressLength > kMaxRailAddressLength))) {
+    throw std::runtime_error("rail addresses do not fit an accept message");
+  }
   AcceptMessage message{};
   message.magic = AcceptMessage::kMagic;
   message.version = kVersion;
@@ -176,6 +183,11 @@ AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId, uint
   message.pid = localPid();
   message.protocol = protocol;
   message.hostId = localHostId();
+  message.rails = static_cast<uint16_t>(rails);
+  message.railAddressLength = static_cast<uint16_t>(rails > 1 ? railAddressLength : 0);
+  for (size_t r = 1; r < rails; ++r) {
+    memcpy(message.railAddresses[r - 1], railAddresses[r - 1], railAddressLength);
+  }
   return message;
 }
 
@@ -188,6 +200,23 @@ bool decodeAcceptMessage(const void* data, size_t size, uint32_t expectedSenderC
   if (message.length != sizeof(AcceptMessage) || message.senderCommId != expectedSenderCommId ||
       message.recvCommId > tags::kMaxCommId) {
     *reason = "accept message does not answer this connection";
+    return false;
+  }
+  if (message.rails < 1 || message.rails > kMaxRails ||
+      (message.rails == 1) != (message.railAddressLength == 0) ||
+      message.railAddressLength > kMaxRailAddressLength) {
+    *reason = "accept message has an invalid rail count or rail address length";
+    return false;
+  }
+  // Unused bytes are zero, so that a message decodes to exactly one encoding.
+  bool padded = message.reserved == 0;
+  for (size_t r = 0; r + 1 < kMaxRails; ++r) {
+    size_t used = r + 1 < message.rails ? message.railAddressLength : 0;
+    for (size_t i = used; i < kMaxRailAddressLength; ++i)
+      padded &= message.railAddresses[r][i] == 0;
+  }
+  if (!padded) {
+    *reason = "accept message has bytes set outside its fields";
     return false;
   }
   *out = message;

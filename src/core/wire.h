@@ -7,10 +7,16 @@
 #include <cstdint>
 #include <string>
 
+#include "memory/region.h"
+
 namespace nnf::core::wire {
 
-constexpr uint16_t kVersion = 2;  // 2: protocol ids and the rdma descriptor ring
+constexpr uint16_t kVersion = 3;  // 2: protocol ids and the rdma ring; 3: rail addresses
 constexpr size_t kMaxAddressLength = 96;
+// The rails of a device beyond its leader, as an accept message carries them (EFA addresses
+// are 32 bytes, IPv6 sockaddrs 28).
+constexpr size_t kMaxRails = memory::kMaxRails;
+constexpr size_t kMaxRailAddressLength = 48;
 
 // Every control message (untagged, through the device's control channel) starts with this
 // header: it names the comm the message is for, on the receiving device.
@@ -75,7 +81,8 @@ struct ConnectMessage {
 };
 static_assert(sizeof(ConnectMessage) == 144);
 
-// Listener → sender: "your receiver is recv comm `recvCommId`".
+// Listener → sender: "your receiver is recv comm `recvCommId`, and its rails 1.. are at these
+// addresses" (rdma writes data on every rail; rail 0, the leader, is the listen handle's).
 struct AcceptMessage {
   static constexpr uint32_t kMagic = 0x4d41464eu;  // "NFAM"
   uint32_t magic;
@@ -86,8 +93,12 @@ struct AcceptMessage {
   uint32_t pid;
   uint32_t protocol;  // protocol::ProtocolId of the receiver
   uint64_t hostId;
+  uint16_t rails;              // 1..kMaxRails
+  uint16_t railAddressLength;  // of each address below; 0 with one rail
+  uint32_t reserved;
+  uint8_t railAddresses[kMaxRails - 1][kMaxRailAddressLength];
 };
-static_assert(sizeof(AcceptMessage) == 32);
+static_assert(sizeof(AcceptMessage) == 184);
 
 // This process's identity as carried in set-up messages.
 uint32_t localPid();
@@ -108,7 +119,11 @@ ConnectMessage makeConnectMessage(uint32_t senderCommId, uint32_t listenerId, co
 bool decodeConnectMessage(const void* data, size_t size, uint32_t expectedListenerId,
                           ConnectMessage* out, std::string* reason);
 
-AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId, uint32_t protocol = 0);
+// `railAddresses`: the addresses of rails 1..rails-1, each `railAddressLength` bytes (null with
+// one rail). Throws std::runtime_error when they do not fit.
+AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId, uint32_t protocol = 0,
+                                size_t rails = 1, const uint8_t* const* railAddresses = nullptr,
+                                size_t railAddressLength = 0);
 bool decodeAcceptMessage(const void* data, size_t size, uint32_t expectedSenderCommId,
                          AcceptMessage* out, std::string* reason);
 

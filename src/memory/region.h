@@ -8,6 +8,10 @@
 
 namespace nnf::memory {
 
+// NICs one device may drive at once (a p5 has four per GPU); every registration holds a key and
+// descriptor for each.
+constexpr size_t kMaxRails = 4;
+
 enum class MemType : int {
   kHost = 0,    // ordinary process memory
   kCuda = 1,    // CUDA device memory, registered by virtual address with the device ordinal
@@ -38,6 +42,18 @@ struct Registration {
   const void* base = nullptr;
   size_t length = 0;
   void* provider = nullptr;  // the registrar's own object (a fid_mr* for FabricRegistrar)
+  // Rails after the first (RailSetRegistrar): the same region registered with their domains.
+  // Peers address it alike on every rail (the same provider: virtual address or offset 0).
+  struct Rail {
+    void* desc = nullptr;
+    uint64_t key = 0;
+    void* provider = nullptr;
+  };
+  Rail rails[kMaxRails - 1];
+  uint8_t railCount = 1;
+
+  uint64_t keyOf(size_t rail) const { return rail == 0 ? key : rails[rail - 1].key; }
+  void* descOf(size_t rail) const { return rail == 0 ? desc : rails[rail - 1].desc; }
 
   // The address a peer uses to reach `ptr`, which must lie inside the registration.
   uint64_t remoteAddress(const void* ptr) const {

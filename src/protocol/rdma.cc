@@ -20,6 +20,8 @@ namespace {
 
 using rdma::Arrived;
 using rdma::BufferDescriptor;
+static_assert(sizeof(rdma::WaitLink) <= sizeof(fi_context2) &&
+              alignof(rdma::WaitLink) <= alignof(fi_context2));
 
 // A comm's slot of the device's rdma arena, handed back when the comm goes.
 class ArenaSlot {
@@ -42,6 +44,7 @@ struct SendState final : CommState {
   explicit SendState(core::ControlArena& arena) : ring(arena) {}
   ArenaSlot ring;  // the receiver's descriptors, then our close acknowledgement
   rdma::SendMatcher matcher;
+  size_t nextRail = 0;  // the rail of the next message that goes whole on one
   core::Operation closedAck;
   bool ackOwed = false;  // the receiver closed: answer once no write of ours is in flight
   bool warnedReleased = false;
@@ -58,7 +61,7 @@ struct RecvState final : CommState {
     core::Request* requests[kSlotsPerChunk] = {};
     rdma::SlotProgress progress[kSlotsPerChunk];
   };
-  ArenaSlot staging;  // entry of slot s at s * kEntryBytes, then the close notice
+  ArenaSlot staging;  // the close notice, then the entry of each slot (rdma::entryOffset)
   core::Operation closeNotice;
   bool awaitingAck = false;  // closed with buffers described: the sender may still write
   bool senderDone = false;   // the sender said it writes nothing more (it closed, or we did)
@@ -140,40 +143,48 @@ uint64_t waitKey(int32_t tag, uint16_t seq) {
 
 void unpost(core::Device& device, core::Operation& op) {
   if (op.queued) device.unqueue(op);
-  if (op.inFlight) device.rail().cancel(&op.context);
+  if (op.inFlight) device.cancel(op);
 }
 
-// Posts the first segment of the send in `request` into the buffer `arrived` describes, or
-// tells the receiver that the message does not fit. Failures land in the request.
-void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arrived,
-                const BufferDescriptor& buffer) {
-  core::Operation& op = request.ops[0];
-  core::Device& device = comm.device();
-  uint64_t total = op.ignore;
-  // A send that waited holds its memory handle in remoteAddress (see Rdma::postSend).
-  auto* handle = reinterpret_cast<core::MemoryHandle*>(op.remoteAddress);
-  if (handle != nullptr) {
-    --handle->waitingSends;
-    if (handle->released) {
-      SendState& state = sendState(comm);
-      if (!state.warnedReleased) {  // an abort releases many: one WARN a comm
-        state.warnedReleased = true;
-        NNF_WARN(
-            "send of %llu bytes on comm %u: its buffer was deregistered before the receiver "
-            "asked for it; the send fails",
-            static_cast<unsigned long long>(total), comm.id());
-      }
-      request.state = core::Request::State::kFailed;
-      request.error = abi::kInternalError;
-      request.remaining = 0;
-      return;
-    }
+// The part of a message one rail carries: `length` bytes from `offset`, in `segments` writes.
+struct Share {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint32_t segments = 0;
+};
+
+uint32_t segmentsOf(uint64_t length) {
+  return length == 0 ? 1
+                     : static_cast<uint32_t>((length + rdma::kMaxSegmentBytes - 1) /
+                                             rdma::kMaxSegmentBytes);
+}
+
+// How a message of `total` bytes goes: whole on one rail below the stripe size (or with one
+// rail), else in page-aligned shares over every rail. Returns the number of shares.
+uint32_t planShares(uint64_t total, size_t rails, size_t stripeMin, Share* shares) {
+  size_t ways = total >= stripeMin && total > 0 ? rails : 1;
+  uint64_t share = (total + ways - 1) / ways;
+  share = (share + rdma::kStripeAlign - 1) / rdma::kStripeAlign * rdma::kStripeAlign;
+  uint32_t count = 0;
+  for (uint64_t offset = 0; count == 0 || offset < total; offset += share) {
+    Share& part = shares[count++];
+    part.offset = offset;
+    part.length = std::min(share, total - offset);
+    part.segments = segmentsOf(part.length);
+    if (ways == 1) break;
   }
+  return count;
+}
+
+// Posts the writes of the send in `request` into the buffer `arrived` describes, one share per
+// rail, or tells the receiver that the message does not fit. `handle`: the send's registration
+// (null for buffers without one). Failures land in the request.
+void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arrived,
+                const BufferDescriptor& buffer, core::MemoryHandle* handle) {
+  core::Operation& first = request.ops[0];
+  core::Device& device = comm.device();
+  uint64_t total = first.ignore;
   bool withLength = device.immediateCarriesLength();
-  op.transferred = 0;
-  op.remoteAddress = buffer.address;
-  op.remoteKey = buffer.key;
-  request.remaining = 1;
   if (total > buffer.size) {
     NNF_WARN(
         "send of %llu bytes on comm %u does not fit the receiver's %llu-byte buffer (tag %d): "
@@ -182,25 +193,85 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
         static_cast<unsigned long long>(buffer.size), buffer.tag);
     request.state = core::Request::State::kFailed;
     request.error = abi::kInternalError;
-    op.length = 0;
-    op.ignore = 0;
-    op.tag = rdma::encodeData(comm.remoteId(), arrived.slot, arrived.index, 0,
-                              static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)));
-  } else {
-    uint64_t segment = std::min(total, rdma::kMaxSegmentBytes);
-    auto segments = static_cast<uint32_t>(
-        total == 0 ? 1 : (total + rdma::kMaxSegmentBytes - 1) / rdma::kMaxSegmentBytes);
+    request.remaining = 1;
+    first.rail = 0;
+    first.peer = comm.peer();
+    first.remoteAddress = buffer.address;
+    first.remoteKey = buffer.keys[0];
+    first.length = 0;
+    first.ignore = 0;
+    first.transferred = 0;
+    first.tag = rdma::encodeData(comm.remoteId(), arrived.slot, arrived.index, 0,
+                                 static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)));
+    abi::Result result = device.post(first);
+    if (result != abi::kSuccess) {
+      request.remaining = 0;
+      request.error = result;
+    }
+    return;
+  }
+  SendState& state = sendState(comm);
+  Share shares[rdma::kMaxRails];
+  uint32_t count = planShares(total, comm.rails(), device.stripeMinBytes(), shares);
+  uint32_t segments = 0;
+  for (uint32_t i = 0; i < count; ++i) segments += shares[i].segments;
+  // A message on one rail takes the rails in turn; an empty one goes where every key is valid.
+  size_t firstRail = 0;
+  if (count == 1 && total > 0 && comm.rails() > 1) {
+    firstRail = state.nextRail;
+    state.nextRail = (state.nextRail + 1) % comm.rails();
+  }
+  char* base = static_cast<char*>(first.buffer);
+  request.count = static_cast<uint8_t>(count);
+  request.remaining = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    core::Operation& op = request.ops[i];
+    size_t rail = firstRail + i;
+    uint64_t segment = std::min(shares[i].length, rdma::kMaxSegmentBytes);
+    op.owner = &comm;
+    op.type = core::OpType::kWrite;
+    op.rail = static_cast<uint8_t>(rail);
+    op.peer = comm.peer(rail);
+    op.buffer = base + shares[i].offset;
+    op.desc = handle != nullptr ? handle->descOn(rail) : nullptr;
     op.length = segment;
-    op.ignore = total - segment;  // bytes after this segment
+    op.ignore = shares[i].length - segment;  // bytes of this share after this segment
+    op.transferred = 0;
+    op.remoteAddress = buffer.address + shares[i].offset;
+    op.remoteKey = buffer.keys[rail];
     op.tag = rdma::encodeData(comm.remoteId(), arrived.slot, arrived.index, segments,
                               withLength ? static_cast<uint32_t>(segment) : 0);
+    abi::Result result = device.post(op);
+    if (result != abi::kSuccess) {
+      // The shares posted finish on their own; the request reports the failure.
+      request.state = core::Request::State::kFailed;
+      request.error = result;
+      return;
+    }
+    ++request.remaining;
   }
-  abi::Result result = device.post(op);
-  if (result != abi::kSuccess) {
-    request.remaining = 0;
-    request.state = core::Request::State::kFailed;
-    request.error = result;
+}
+
+// A send that waited holds its memory handle in remoteAddress (see Rdma::postSend); false, and
+// the request failed, when NCCL deregistered the buffer meanwhile.
+bool takeWaitingHandle(core::SendComm& comm, core::Request& request, core::MemoryHandle** handle) {
+  core::Operation& op = request.ops[0];
+  *handle = reinterpret_cast<core::MemoryHandle*>(op.remoteAddress);
+  if (*handle == nullptr) return true;
+  --(*handle)->waitingSends;
+  if (!(*handle)->released) return true;
+  SendState& state = sendState(comm);
+  if (!state.warnedReleased) {  // an abort releases many: one WARN a comm
+    state.warnedReleased = true;
+    NNF_WARN(
+        "send of %llu bytes on comm %u: its buffer was deregistered before the receiver "
+        "asked for it; the send fails",
+        static_cast<unsigned long long>(op.ignore), comm.id());
   }
+  request.state = core::Request::State::kFailed;
+  request.error = abi::kInternalError;
+  request.remaining = 0;
+  return false;
 }
 
 }  // namespace
@@ -249,8 +320,8 @@ abi::Result Rdma::postSend(core::SendComm& comm, core::Request& request, void* d
   Arrived arrived;
   if (state.matcher.takeDescriptor(tag, seq, &arrived)) {
     const auto* entries = reinterpret_cast<const BufferDescriptor*>(
-        state.ring->data + arrived.slot * rdma::kEntryBytes);
-    startWrite(comm, request, arrived, entries[arrived.index]);
+        state.ring->data + rdma::entryOffset(arrived.slot));
+    startWrite(comm, request, arrived, entries[arrived.index], handle);
     return request.state == core::Request::State::kFailed && request.error != abi::kInternalError
                ? request.error
                : abi::kSuccess;
@@ -259,7 +330,8 @@ abi::Result Rdma::postSend(core::SendComm& comm, core::Request& request, void* d
   // Until the write starts: NCCL may deregister the buffer meanwhile (deregMr, then close).
   op.remoteAddress = reinterpret_cast<uintptr_t>(handle);
   if (handle != nullptr) ++handle->waitingSends;
-  state.matcher.addWaiting(tag, seq, &request);
+  // Nothing is posted while it waits: the operation's context is ours to link it with.
+  state.matcher.addWaiting(new (&op.context) rdma::WaitLink, tag, seq);
   return abi::kSuccess;
 }
 
@@ -272,7 +344,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   request.slot = static_cast<uint16_t>(slot);
   core::Operation& write = state.write(slot);
   auto* entries =
-      reinterpret_cast<BufferDescriptor*>(state.staging->data + slot * rdma::kEntryBytes);
+      reinterpret_cast<BufferDescriptor*>(state.staging->data + rdma::entryOffset(slot));
   uint64_t sizes64[rdma::kGroup];
   for (int i = 0; i < count; ++i) {
     int64_t next = comm.sequences().next(tags[i]);
@@ -285,11 +357,13 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     BufferDescriptor& entry = entries[i];
     if (handle != nullptr && handle->mr != nullptr) {
       entry.address = handle->remoteAddress(data[i]);
-      entry.key = handle->key();
+      for (size_t r = 0; r < rdma::kMaxRails; ++r) entry.keys[r] = handle->key(r);
     } else if (sizes[i] == 0) {
-      // Nothing will be written: any valid target does (our own staging entry).
+      // Nothing will be written: any valid target does (our own staging entry, on the leader,
+      // where empty messages go).
       entry.address = state.staging->remoteAddress;
-      entry.key = state.staging->key;
+      entry.keys[0] = state.staging->key;
+      for (size_t r = 1; r < rdma::kMaxRails; ++r) entry.keys[r] = 0;
     } else {
       NNF_WARN(
           "irecv: buffer %d (%zu bytes) on comm %u has no memory handle; the rdma protocol "
@@ -301,6 +375,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     entry.tag = tags[i];
     entry.seq = static_cast<uint16_t>(next);
     entry.reserved = 0;
+    entry.reserved2 = 0;
     sizes64[i] = sizes[i];
     core::Operation& op = request.ops[i];
     op.owner = &comm;
@@ -320,7 +395,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   write.length = static_cast<size_t>(count) * sizeof(BufferDescriptor);
   write.desc = state.staging->desc;
   write.peer = comm.peer();
-  write.remoteAddress = state.ringAddress + slot * rdma::kEntryBytes;
+  write.remoteAddress = state.ringAddress + rdma::entryOffset(slot);
   write.remoteKey = state.ringKey;
   write.tag = rdma::encodeDescriptors(comm.remoteId(), slot, static_cast<uint32_t>(count));
   abi::Result result = comm.device().post(write);
@@ -340,17 +415,21 @@ void Rdma::onRemoteWrite(core::Device& device, uint64_t data, size_t length) {
     if (sender.protocolState() == nullptr) return;
     SendState& state = sendState(sender);
     const auto* entries =
-        reinterpret_cast<const BufferDescriptor*>(state.ring->data + imm.slot * rdma::kEntryBytes);
+        reinterpret_cast<const BufferDescriptor*>(state.ring->data + rdma::entryOffset(imm.slot));
     for (uint32_t i = 0; i < imm.count; ++i) {
       const BufferDescriptor& buffer = entries[i];
       Arrived arrived{buffer.tag, buffer.seq, static_cast<uint8_t>(imm.slot),
                       static_cast<uint8_t>(i)};
-      auto* request =
-          static_cast<core::Request*>(state.matcher.takeWaiting(buffer.tag, buffer.seq));
+      rdma::WaitLink* link = state.matcher.takeWaiting(buffer.tag, buffer.seq);
+      core::Request* request =
+          link != nullptr ? core::Operation::fromContext(link)->request : nullptr;
       // A waiting send that failed or was given up meanwhile is no longer waiting.
+      core::MemoryHandle* handle = nullptr;
       if (request != nullptr && request->state == core::Request::State::kActive &&
           request->ops[0].tag == waitKey(buffer.tag, buffer.seq)) {
-        startWrite(sender, *request, arrived, buffer);
+        if (takeWaitingHandle(sender, *request, &handle)) {
+          startWrite(sender, *request, arrived, buffer, handle);
+        }
       } else {
         state.matcher.addDescriptor(arrived);
       }
@@ -431,7 +510,15 @@ bool Rdma::continueWrite(core::DataComm& comm, core::Operation& op) {
 }
 
 void Rdma::forget(core::DataComm& comm, core::Request& request) {
-  if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return;
+  if (comm.protocolState() == nullptr) return;
+  if (comm.kind() == core::Comm::Kind::kSend) {
+    // A send given up while it waited leaves the list before its request can be used again.
+    core::Operation& op = request.ops[0];
+    if (!op.inFlight && !op.queued) {
+      sendState(comm).matcher.removeWaiting(reinterpret_cast<rdma::WaitLink*>(&op.context));
+    }
+    return;
+  }
   RecvState& state = recvState(comm);
   if (state.requestAt(request.slot) == &request) state.release(request.slot);
 }
@@ -476,7 +563,7 @@ void Rdma::onClose(core::DataComm& comm) {
   for (uint32_t slot = 0; slot < rdma::kSlots; ++slot) {
     if (state.requestAt(slot) != nullptr && !state.senderDone) state.awaitingAck = true;
   }
-  uint8_t* buffer = state.staging->data + rdma::kRingBytes;
+  uint8_t* buffer = state.staging->data + rdma::kNoticeOffset;
   // A failure is the device's to log: the peer may be gone already, which is what it would hear.
   comm.device().controlChannel().send(state.closeNotice, buffer, state.staging->desc, comm.peer(),
                                       comm.remoteId(), core::wire::ControlKind::kClosed, nullptr,
@@ -510,7 +597,7 @@ void Rdma::onWriteDone(core::DataComm& comm) {
   }
   state.ackOwed = false;
   // Sent after our last write completed; the receiver's close waits for it (or for our death).
-  uint8_t* buffer = state.ring->data + rdma::kRingBytes;
+  uint8_t* buffer = state.ring->data + rdma::kNoticeOffset;
   comm.device().controlChannel().send(state.closedAck, buffer, state.ring->desc, comm.peer(),
                                       comm.remoteId(), core::wire::ControlKind::kClosedAck, nullptr,
                                       0);

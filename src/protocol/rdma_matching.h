@@ -25,62 +25,84 @@ struct Arrived {
   uint8_t index;
 };
 
+// A send waiting for its descriptor, in storage the caller provides (the rdma protocol uses the
+// send's own operation context, which is ours while nothing is posted), chained FIFO.
+struct WaitLink {
+  WaitLink* next = nullptr;
+  int32_t tag = 0;
+  uint16_t seq = 0;
+};
+
 class SendMatcher {
  public:
-  // Neither table can outgrow its bound: the receiver describes at most kSlots groups at once,
-  // and a send comm holds at most kMaxRequests × kGroup requests (core::SendComm's pool).
+  SendMatcher() = default;
+  SendMatcher(const SendMatcher&) = delete;  // the waiting list points into itself
+  SendMatcher& operator=(const SendMatcher&) = delete;
+
+  // The descriptor table cannot outgrow its bound: the receiver describes at most kSlots
+  // groups at once. Waiting sends need no table: they are linked through their own storage.
   static constexpr size_t kMaxEntries = size_t{kSlots} * kGroup;
 
-  // Both tables are reserved in full by the first use of either (an idle comm holds none), so
-  // that the data path never allocates whichever side runs ahead (allocation_test under load).
+  // The table is reserved in full by its first use (an idle comm holds none), so that the data
+  // path never allocates however far the receiver runs ahead (allocation_test under load).
   void addDescriptor(const Arrived& arrived) {
-    reserveOnce();
+    if (descriptors_.capacity() == 0) descriptors_.reserve(kMaxEntries);
     descriptors_.push_back(arrived);
   }
   // The descriptor for (tag, seq), removed from the table; false when it has not arrived.
   bool takeDescriptor(int32_t tag, uint16_t seq, Arrived* out) {
-    return take(descriptors_, tag, seq, out);
-  }
-  // A send waits for its descriptor; `cookie` identifies it to the caller.
-  void addWaiting(int32_t tag, uint16_t seq, void* cookie) {
-    reserveOnce();
-    waiting_.push_back(Waiting{tag, seq, cookie});
-  }
-  void* takeWaiting(int32_t tag, uint16_t seq) {
-    Waiting found;
-    return take(waiting_, tag, seq, &found) ? found.cookie : nullptr;
-  }
-  size_t descriptorsHeld() const { return descriptors_.size(); }
-  size_t sendsWaiting() const { return waiting_.size(); }
-  size_t capacity() const { return descriptors_.capacity() + waiting_.capacity(); }
-
- private:
-  void reserveOnce() {
-    if (waiting_.capacity() != 0) return;
-    waiting_.reserve(kMaxEntries);
-    descriptors_.reserve(kMaxEntries);
-  }
-  struct Waiting {
-    int32_t tag;
-    uint16_t seq;
-    void* cookie;
-  };
-  // Few entries wait at a time: a linear search beats hashing. Oldest first, so that a stale
-  // entry (a send given up) is found before a newer one could be.
-  template <typename Entry>
-  static bool take(std::vector<Entry>& table, int32_t tag, uint16_t seq, Entry* out) {
-    for (size_t i = 0; i < table.size(); ++i) {
-      if (table[i].tag == tag && table[i].seq == seq) {
-        *out = table[i];
-        table.erase(table.begin() + static_cast<std::ptrdiff_t>(i));
+    for (size_t i = 0; i < descriptors_.size(); ++i) {
+      if (descriptors_[i].tag == tag && descriptors_[i].seq == seq) {
+        *out = descriptors_[i];
+        descriptors_.erase(descriptors_.begin() + static_cast<std::ptrdiff_t>(i));
         return true;
       }
     }
     return false;
   }
+  // A send waits for its descriptor in `link` until taken.
+  void addWaiting(WaitLink* link, int32_t tag, uint16_t seq) {
+    link->next = nullptr;
+    link->tag = tag;
+    link->seq = seq;
+    *waitingTail_ = link;
+    waitingTail_ = &link->next;
+    ++waiting_;
+  }
+  // The oldest send waiting for (tag, seq), unlinked; null when none waits. Oldest first, so
+  // that a stale entry (a send given up) is found before a newer one could be.
+  WaitLink* takeWaiting(int32_t tag, uint16_t seq) {
+    for (WaitLink** at = &waitingHead_; *at != nullptr; at = &(*at)->next) {
+      WaitLink* link = *at;
+      if (link->tag != tag || link->seq != seq) continue;
+      *at = link->next;
+      if (waitingTail_ == &link->next) waitingTail_ = at;
+      --waiting_;
+      return link;
+    }
+    return nullptr;
+  }
+  // Unlinks `link` if it waits (a send given up); its storage is then the caller's again.
+  bool removeWaiting(const WaitLink* link) {
+    for (WaitLink** at = &waitingHead_; *at != nullptr; at = &(*at)->next) {
+      if (*at != link) continue;
+      *at = link->next;
+      if (waitingTail_ == &link->next) waitingTail_ = at;
+      --waiting_;
+      return true;
+    }
+    return false;
+  }
+  size_t descriptorsHeld() const { return descriptors_.size(); }
+  size_t sendsWaiting() const { return waiting_; }
+  size_t capacity() const { return descriptors_.capacity(); }
 
+ private:
+  // Few entries wait at a time: a linear search beats hashing.
   std::vector<Arrived> descriptors_;
-  std::vector<Waiting> waiting_;
+  WaitLink* waitingHead_ = nullptr;
+  WaitLink** waitingTail_ = &waitingHead_;
+  size_t waiting_ = 0;
 };
 
 enum class SegmentOutcome : uint8_t { kPending, kComplete, kTruncated, kInvalid };

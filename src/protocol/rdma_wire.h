@@ -74,25 +74,39 @@ inline Immediate decode(uint64_t data) {
 
 // One receive buffer as the sender sees it. `seq` counts messages per NCCL tag on the comm, so
 // the n-th send with tag t takes the n-th buffer with tag t, whatever order descriptors arrive in.
+// The buffer is registered on every rail of the receiver's device: one key each (the address is
+// the same on all of them, as the provider is).
+constexpr size_t kMaxRails = 4;
 struct BufferDescriptor {
   uint64_t address;  // where the sender writes (the provider's addressing: virtual or offset)
   uint64_t size;     // bytes the buffer holds
-  uint64_t key;      // remote key of its registration
+  uint64_t keys[kMaxRails];  // remote key of its registration on each rail (0: none)
   int32_t tag;
   uint16_t seq;
   uint16_t reserved;
+  uint64_t reserved2;
 };
-static_assert(sizeof(BufferDescriptor) == 32);
+static_assert(sizeof(BufferDescriptor) == 64);
 
-// A group's descriptors take one ring entry; the ring has one entry per slot (8 KiB a comm, of
-// which only the pages of the slots in use are ever touched: slots are taken lowest first).
+// A group's descriptors take one ring entry; the ring has one entry per slot (16 KiB a comm).
+// The close notice (a control header) comes first, so that a comm with few receives in flight
+// touches only the first page of its arena slot: slots are taken lowest first.
 constexpr size_t kEntryBytes = kGroup * sizeof(BufferDescriptor);
 constexpr size_t kRingBytes = kSlots * kEntryBytes;
-// The receiver's staging area ends with room for its close notice (a control header).
 constexpr size_t kNoticeBytes = 64;
-constexpr size_t kArenaSlotBytes = kRingBytes + kNoticeBytes;
+constexpr size_t kNoticeOffset = 0;
+constexpr size_t kArenaSlotBytes = kNoticeBytes + kRingBytes;
+constexpr size_t entryOffset(uint32_t slot) {
+  return kNoticeBytes + size_t{slot} * kEntryBytes;
+}
 
 // Messages are cut into segments no longer than this, so that a length fits 32 bits.
 constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 31;
+// A striped message gives each rail a share rounded up to this (whole pages, and a multiple of
+// the 128 bytes EFA orders writes by).
+constexpr uint64_t kStripeAlign = 4096;
+// The largest message: every rail's share is cut into segments, and all of them must fit the
+// immediate's segment count.
+constexpr uint64_t kMaxMessageBytes = (kMaxSegments - kMaxRails) * kMaxSegmentBytes;
 
 }  // namespace nnf::protocol::rdma

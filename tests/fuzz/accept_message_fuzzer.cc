@@ -21,8 +21,11 @@ void checkReencodes(const std::vector<uint8_t>& bytes, const AcceptMessage& deco
   memcpy(&expected, bytes.data(), sizeof(expected));
   expected.pid = core::wire::localPid();
   expected.hostId = core::wire::localHostId();
+  const uint8_t* rails[core::wire::kMaxRails - 1];
+  for (size_t r = 0; r + 1 < core::wire::kMaxRails; ++r) rails[r] = decoded.railAddresses[r];
   AcceptMessage again =
-      core::wire::makeAcceptMessage(decoded.recvCommId, decoded.senderCommId, decoded.protocol);
+      core::wire::makeAcceptMessage(decoded.recvCommId, decoded.senderCommId, decoded.protocol,
+                                    decoded.rails, rails, decoded.railAddressLength);
   NNF_FUZZ_CHECK(memcmp(&again, &expected, sizeof(again)) == 0);
 }
 
@@ -43,6 +46,8 @@ void decodeOnce(const std::vector<uint8_t>& bytes, uint32_t expectedSender) {
   NNF_FUZZ_CHECK(out.length == sizeof(AcceptMessage));
   NNF_FUZZ_CHECK(out.senderCommId == expectedSender);
   NNF_FUZZ_CHECK(out.recvCommId <= core::tags::kMaxCommId);
+  NNF_FUZZ_CHECK(out.rails >= 1 && out.rails <= core::wire::kMaxRails);
+  NNF_FUZZ_CHECK(out.railAddressLength <= core::wire::kMaxRailAddressLength);
   checkReencodes(bytes, out);
 }
 

@@ -117,6 +117,12 @@ int run(const std::string& root) {
 
   auto accept = core::wire::makeAcceptMessage(11, 7);
   writeFile(root + "/accept_message/valid", &accept, sizeof(accept));
+  // A receiver of four rails with EFA-sized (32-byte) addresses.
+  uint8_t railAddress[3][32];
+  for (int r = 0; r < 3; ++r) memset(railAddress[r], 0x40 + r, sizeof(railAddress[r]));
+  const uint8_t* railAddresses[] = {railAddress[0], railAddress[1], railAddress[2]};
+  auto fourRails = core::wire::makeAcceptMessage(11, 7, 2, 4, railAddresses, 32);
+  writeFile(root + "/accept_message/four_rails", &fourRails, sizeof(fourRails));
 
   // Config: a control byte (0 bool, 1 int, 2 size, 3 whole environment) then the text.
   const char bools[] = "\0yes";

@@ -113,6 +113,7 @@ const ShippedDefault kShippedDefaults[] = {
     {Param::kGdrFlush, "NCCL_FABRIC_GDR_FLUSH", "read", 0},
     {Param::kDmaBuf, "NCCL_FABRIC_DMABUF", "auto", 0},
     {Param::kRails, "NCCL_FABRIC_RAILS", "", 0},
+    {Param::kStripeMin, "NCCL_FABRIC_STRIPE_MIN", "262144", 262144},
     {Param::kPeerCheckMs, "NCCL_FABRIC_PEER_CHECK_MS", "1000", 1000},
     // Healthy ranks wait for hours (checkpoints, evaluation): no request timeout unless asked.
     {Param::kRequestTimeoutS, "NCCL_FABRIC_REQUEST_TIMEOUT_S", "0", 0},

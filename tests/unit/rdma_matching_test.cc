@@ -52,12 +52,22 @@ TEST(RdmaImmediate, DescriptorFieldsSurviveEncodingInFourBytes) {
 
 TEST(RdmaMatching, DescriptorAndSendMeetWhicheverComesFirst) {
   SendMatcher matcher;
-  int cookie = 0;
-  matcher.addWaiting(7, 1, &cookie);
+  WaitLink link, other, given;
+  matcher.addWaiting(&link, 7, 1);
+  matcher.addWaiting(&given, 9, 1);
+  matcher.addWaiting(&other, 7, 3);
   EXPECT_EQ(matcher.takeWaiting(7, 2), nullptr);
   EXPECT_EQ(matcher.takeWaiting(8, 1), nullptr);
-  EXPECT_EQ(matcher.takeWaiting(7, 1), &cookie);
+  EXPECT_EQ(matcher.takeWaiting(7, 1), &link);
   EXPECT_EQ(matcher.takeWaiting(7, 1), nullptr) << "taken once";
+  EXPECT_TRUE(matcher.removeWaiting(&given)) << "a send given up leaves the list";
+  EXPECT_FALSE(matcher.removeWaiting(&given));
+  EXPECT_EQ(matcher.takeWaiting(9, 1), nullptr);
+  EXPECT_EQ(matcher.takeWaiting(7, 3), &other) << "the tail survives removals before it";
+  WaitLink last;
+  matcher.addWaiting(&last, 1, 1);
+  EXPECT_EQ(matcher.takeWaiting(1, 1), &last) << "appending after the list emptied";
+  EXPECT_EQ(matcher.sendsWaiting(), 0u);
   matcher.addDescriptor(Arrived{7, 2, 3, 1});
   Arrived out;
   EXPECT_FALSE(matcher.takeDescriptor(7, 1, &out));
@@ -67,23 +77,23 @@ TEST(RdmaMatching, DescriptorAndSendMeetWhicheverComesFirst) {
   EXPECT_EQ(matcher.descriptorsHeld(), 0u);
 }
 
-// A sender may run a whole request pool ahead of its receiver (32 × 8 sends waiting), or the
-// receiver a whole ring ahead of it: neither may grow a table on the data path.
+// The receiver may run a whole ring ahead of its sender, and a sender a whole request pool
+// ahead of its receiver: neither may allocate on the data path.
 TEST(RdmaMatching, TablesHoldTheirBoundWithoutGrowing) {
   SendMatcher matcher;
-  int cookies[SendMatcher::kMaxEntries];
-  matcher.addWaiting(0, 0, &cookies[0]);
-  const size_t reserved = matcher.capacity();  // the first use reserves both tables
   matcher.addDescriptor(Arrived{0, 0, 0, 0});
+  const size_t reserved = matcher.capacity();
   for (size_t i = 1; i < SendMatcher::kMaxEntries; ++i) {
-    matcher.addWaiting(1, static_cast<uint16_t>(i), &cookies[i]);
     matcher.addDescriptor(Arrived{2, static_cast<uint16_t>(i), 0, 0});
   }
-  EXPECT_EQ(matcher.sendsWaiting(), SendMatcher::kMaxEntries);
   EXPECT_EQ(matcher.descriptorsHeld(), SendMatcher::kMaxEntries);
-  EXPECT_EQ(matcher.capacity(), reserved) << "a table grew: the data path allocated";
-  EXPECT_EQ(SendMatcher::kMaxEntries, size_t{abi::kMaxRequests} * kGroup)
-      << "a send comm's request pool bounds the waiting sends";
+  EXPECT_EQ(matcher.capacity(), reserved) << "the table grew: the data path allocated";
+  std::vector<WaitLink> links(size_t{abi::kMaxRequests} * kGroup);
+  for (size_t i = 0; i < links.size(); ++i) {
+    matcher.addWaiting(&links[i], 1, static_cast<uint16_t>(i));
+  }
+  EXPECT_EQ(matcher.sendsWaiting(), links.size());
+  EXPECT_EQ(matcher.capacity(), reserved) << "waiting sends must not need a table";
 }
 
 TEST(RdmaMatching, SlotProgressRejectsWhatNoReceiveExpects) {
@@ -171,6 +181,7 @@ class Simulation {
     bool active = false;
   };
   struct Send {
+    WaitLink link;  // first: a Send is found from its link
     int32_t tag;
     uint16_t seq;
     uint64_t size;
@@ -201,7 +212,12 @@ class Simulation {
         receive.buffers.push_back({tag, seq, capacity});
         ++posted_;
         sizes[i] = capacity;
-        entries[i] = {0x10000000ull * slot + i, capacity, 1000u + slot, tag, seq, 0};
+        entries[i] = BufferDescriptor{};
+        entries[i].address = 0x10000000ull * slot + i;
+        entries[i].size = capacity;
+        entries[i].keys[0] = 1000u + slot;
+        entries[i].tag = tag;
+        entries[i].seq = seq;
         expected_[{tag, seq}] = capacity;
       }
       receive.remaining = count;
@@ -225,7 +241,7 @@ class Simulation {
         uint64_t size =
             tooLarge ? capacity + 1 + std::uniform_int_distribution<uint64_t>(0, 4096)(random_)
                      : std::uniform_int_distribution<uint64_t>(0, capacity)(random_);
-        sends_.push_back({tag, seq, size});
+        sends_.push_back({WaitLink{}, tag, seq, size});
         sent_[{tag, seq}] = size;
         ++issued_;
         Arrived arrived;
@@ -233,7 +249,7 @@ class Simulation {
           write(sends_.back(), arrived);
           sends_.pop_back();
         } else {
-          matcher_.addWaiting(tag, seq, &sends_.back());
+          matcher_.addWaiting(&sends_.back().link, tag, seq);
         }
       }
     }
@@ -248,7 +264,8 @@ class Simulation {
       const BufferDescriptor& buffer = ring_[imm.slot][i];
       Arrived arrived{buffer.tag, buffer.seq, static_cast<uint8_t>(imm.slot),
                       static_cast<uint8_t>(i)};
-      auto* send = static_cast<Send*>(matcher_.takeWaiting(buffer.tag, buffer.seq));
+      WaitLink* link = matcher_.takeWaiting(buffer.tag, buffer.seq);
+      auto* send = link != nullptr ? reinterpret_cast<Send*>(link) : nullptr;
       if (send != nullptr) {
         write(*send, arrived);
         auto it = std::find_if(sends_.begin(), sends_.end(),

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include "core/tags.h"
@@ -201,7 +202,9 @@ TEST(AcceptMessage, RoundTripsAndChecksSender) {
   EXPECT_FALSE(wire::decodeAcceptMessage(&message, sizeof(message), 6, &decoded, &reason));
   EXPECT_TRUE(names(reason, "does not answer this connection"));
   EXPECT_FALSE(wire::decodeAcceptMessage(&message, 3, 5, &decoded, &reason));
-  EXPECT_TRUE(names(reason, "is 3 bytes, expected 32"));
+  EXPECT_TRUE(names(reason, "is 3 bytes, expected 184"));
+  EXPECT_EQ(decoded.rails, 1u);
+  EXPECT_EQ(decoded.railAddressLength, 0u);
 }
 
 TEST(AcceptMessage, RejectsEachBadFieldForItsOwnReason) {
@@ -222,11 +225,61 @@ TEST(AcceptMessage, RejectsEachBadFieldForItsOwnReason) {
   bad.length = 33;
   EXPECT_TRUE(names(rejection(bad), "does not answer"));
   bad = message;
+  bad.rails = 0;
+  EXPECT_TRUE(names(rejection(bad), "invalid rail count"));
+  bad = message;
+  bad.rails = wire::kMaxRails + 1;
+  bad.railAddressLength = 16;
+  EXPECT_TRUE(names(rejection(bad), "invalid rail count"));
+  bad = message;
+  bad.rails = 2;  // a second rail without its address
+  EXPECT_TRUE(names(rejection(bad), "invalid rail count"));
+  bad = message;
+  bad.railAddressLength = 16;  // an address with one rail
+  EXPECT_TRUE(names(rejection(bad), "invalid rail count"));
+  bad = message;
+  bad.rails = 2;
+  bad.railAddressLength = wire::kMaxRailAddressLength + 1;
+  EXPECT_TRUE(names(rejection(bad), "rail address length"));
+  bad.railAddressLength = wire::kMaxRailAddressLength;
+  EXPECT_EQ(rejection(bad), "");
+  bad.rails = 1;
+  bad.railAddressLength = 0;
+  bad.railAddresses[0][0] = 1;  // an address byte for a rail it does not have
+  EXPECT_TRUE(names(rejection(bad), "bytes set outside its fields"));
+  bad = message;
+  bad.reserved = 1;
+  EXPECT_TRUE(names(rejection(bad), "bytes set outside its fields"));
+  bad = message;
   bad.recvCommId = tags::kMaxCommId + 1;
   EXPECT_TRUE(names(rejection(bad), "does not answer"));
   bad = message;
   bad.recvCommId = tags::kMaxCommId;
   EXPECT_EQ(rejection(bad), "");
+}
+
+TEST(AcceptMessage, CarriesTheAddressesOfEveryRailBeyondTheLeader) {
+  uint8_t first[20], second[20], third[20];
+  for (int i = 0; i < 20; ++i) {
+    first[i] = static_cast<uint8_t>(i);
+    second[i] = static_cast<uint8_t>(100 + i);
+    third[i] = static_cast<uint8_t>(200 + i);
+  }
+  const uint8_t* addresses[] = {first, second, third};
+  wire::AcceptMessage message = wire::makeAcceptMessage(11, 5, 2, 4, addresses, sizeof(first));
+  wire::AcceptMessage decoded;
+  std::string reason;
+  ASSERT_TRUE(wire::decodeAcceptMessage(&message, sizeof(message), 5, &decoded, &reason)) << reason;
+  EXPECT_EQ(decoded.rails, 4u);
+  EXPECT_EQ(decoded.railAddressLength, 20u);
+  EXPECT_EQ(memcmp(decoded.railAddresses[0], first, 20), 0);
+  EXPECT_EQ(memcmp(decoded.railAddresses[1], second, 20), 0);
+  EXPECT_EQ(memcmp(decoded.railAddresses[2], third, 20), 0);
+  EXPECT_THROW(wire::makeAcceptMessage(11, 5, 2, wire::kMaxRails + 1, addresses, 20),
+               std::runtime_error);
+  EXPECT_THROW(wire::makeAcceptMessage(11, 5, 2, 2, addresses, wire::kMaxRailAddressLength + 1),
+               std::runtime_error);
+  static_assert(sizeof(wire::AcceptMessage) <= 239, "fits a control message");
 }
 
 TEST(Tags, FieldsDoNotOverlap) {

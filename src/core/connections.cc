@@ -188,6 +188,8 @@ void closeAndWait(Device& device, Comm& comm, int64_t limitMs) {
     std::lock_guard<fabric::DomainLock> lock(device.domainLock());
     device.releaseClosed(comm);  // frees it unless set-up messages or pings are still out
   }
+  // Registrations NCCL deregistered while the closed comm's sender could still write into them.
+  device.memory().releaseOwed();
   double ms = static_cast<double>(nowNs() - start) / 1e6;
   if (left == 0) {
     NNF_TRACE("comm %u closed in %.3f ms", id, ms);

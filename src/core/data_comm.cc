@@ -263,12 +263,14 @@ bool DataComm::peerGone() {
 void DataComm::cancelInFlight() {
   cancelControl();
   device().protocol().cancelOwn(*this);
-  device().protocol().onClose(*this);
   cancel(pingSend_);
   forEachRequest([this](Request& request) {
     if (request.state == Request::State::kFree) return;
     for (int i = 0; i < request.count; ++i) cancel(request.ops[i]);
   });
+  // After the requests: writes taken out of the retry queue above never complete, and the rdma
+  // sender's close acknowledgement waits only for those still with the provider.
+  device().protocol().onClose(*this);
 }
 
 }  // namespace nnf::core

@@ -66,12 +66,19 @@ abi::Result Plugin::deregMr(void* comm, void* handle) {
   // Sends waiting for their receive (rdma) must see the release before the registration goes.
   // The registry's device lock, not `comm`'s: NCCL may deregister after closing the comm.
   bool keep = false;
+  bool deferMr = false;
   {
     std::lock_guard<fabric::DomainLock> lock(mh->registry->deviceLock());
     mh->released = true;
-    keep = mh->waitingSends > 0;
+    // rdma receives a sender may still write: the key stays valid until they end.
+    deferMr = mh->describedRecvs > 0;
+    mh->mrOwed = deferMr;
+    keep = mh->waitingSends > 0 || deferMr;
   }
-  return mh->registry->deregister(mh, keep);
+  MemoryRegistry* registry = mh->registry;
+  abi::Result result = registry->deregister(mh, keep, deferMr);
+  registry->releaseOwed();
+  return result;
 }
 
 abi::Result Plugin::isend(void* sendComm, void* data, size_t size, int tag, void* handle,

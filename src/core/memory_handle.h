@@ -26,6 +26,12 @@ struct MemoryHandle {
   // meanwhile (then they fail instead of writing): both under the device lock.
   uint32_t waitingSends = 0;
   bool released = false;
+  // rdma receive buffers of this registration that a sender may still write into (described,
+  // not yet completed, and the sender has not said it is done). Deregistered meanwhile, the
+  // registration stays until the last one ends (mrOwed): a key revoked under a live write makes
+  // shm drop the write without ever completing it at the sender.
+  uint32_t describedRecvs = 0;
+  bool mrOwed = false;
 
   // The peer-visible address and key of `ptr` inside this registration (RMA).
   uint64_t remoteAddress(const void* ptr) const { return mr->registration().remoteAddress(ptr); }

@@ -109,12 +109,14 @@ abi::Result MemoryRegistry::acquire(const memory::Region& region, int ncclType,
   return abi::kSuccess;
 }
 
-abi::Result MemoryRegistry::deregister(MemoryHandle* handle, bool keep) {
+abi::Result MemoryRegistry::deregister(MemoryHandle* handle, bool keep, bool deferMr) {
   abi::Result result = abi::kSuccess;
-  if (handle->mr != nullptr && cache_.release(handle->mr) != 0) result = abi::kInternalError;
-  handle->mr = nullptr;
-  handle->desc = nullptr;
   handle->magic = 0;
+  if (!deferMr) {
+    if (handle->mr != nullptr && cache_.release(handle->mr) != 0) result = abi::kInternalError;
+    handle->mr = nullptr;
+    handle->desc = nullptr;
+  }
   if (keep) {
     std::lock_guard<std::mutex> lock(keptMutex_);
     kept_.emplace_back(handle);
@@ -122,6 +124,24 @@ abi::Result MemoryRegistry::deregister(MemoryHandle* handle, bool keep) {
     delete handle;
   }
   return result;
+}
+
+void MemoryRegistry::owe(MemoryHandle* handle) {
+  std::lock_guard<std::mutex> lock(keptMutex_);
+  owed_.push_back(handle);
+}
+
+void MemoryRegistry::releaseOwed() {
+  std::vector<MemoryHandle*> owed;
+  {
+    std::lock_guard<std::mutex> lock(keptMutex_);
+    owed.swap(owed_);
+  }
+  for (MemoryHandle* handle : owed) {
+    if (handle->mr != nullptr) cache_.release(handle->mr);
+    handle->mr = nullptr;
+    handle->desc = nullptr;
+  }
 }
 
 }  // namespace nnf::core

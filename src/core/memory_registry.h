@@ -37,7 +37,14 @@ class MemoryRegistry {
   abi::Result registerHost(void* data, size_t size, uint64_t access, MemoryHandle** out);
   // `keep`: sends still refer to the handle (they fail when they see it released): its
   // registration goes now, the object itself only with the registry.
-  abi::Result deregister(MemoryHandle* handle, bool keep = false);
+  // `deferMr`: rdma receives may still be written (MemoryHandle::describedRecvs): the
+  // registration goes later, through owe() and releaseOwed().
+  abi::Result deregister(MemoryHandle* handle, bool keep = false, bool deferMr = false);
+  // The deferred registration of `handle` may go now (device lock held: it is only queued).
+  void owe(MemoryHandle* handle);
+  // Releases what owe() queued; never with the device lock held (the registrar takes it).
+  void releaseOwed();
+  ~MemoryRegistry() { releaseOwed(); }
 
   memory::MrCacheStats stats() const { return cache_.stats(); }
   // The lock of the device the registrations belong to (the registrar's domain lock).
@@ -57,6 +64,7 @@ class MemoryRegistry {
   std::atomic<bool> dmaBufRefused_{false};  // set by the first refused DMA-BUF registration
   std::mutex keptMutex_;
   std::vector<std::unique_ptr<MemoryHandle>> kept_;
+  std::vector<MemoryHandle*> owed_;  // under keptMutex_
 };
 
 }  // namespace nnf::core

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/clock.h"
 #include "core/device.h"
 #include "core/memory_handle.h"
 #include "core/recv_comm.h"
@@ -27,16 +28,22 @@ static_assert(sizeof(rdma::WaitLink) <= sizeof(fi_context2) &&
 class ArenaSlot {
  public:
   explicit ArenaSlot(core::ControlArena& arena) : arena_(arena) {}
-  ~ArenaSlot() { arena_.release(&slot_); }
+  ~ArenaSlot() {
+    if (!leaked_) arena_.release(&slot_);
+  }
   ArenaSlot(const ArenaSlot&) = delete;
   ArenaSlot& operator=(const ArenaSlot&) = delete;
   bool acquire() { return arena_.acquire(&slot_); }
   const core::ControlSlot& operator*() const { return slot_; }
   const core::ControlSlot* operator->() const { return &slot_; }
+  // A peer may still write into the slot: it is never handed out again (the arena keeps the
+  // memory until the device goes, after its endpoint is closed).
+  void leak() { leaked_ = true; }
 
  private:
   core::ControlArena& arena_;
   core::ControlSlot slot_;
+  bool leaked_ = false;
 };
 
 // The sender's side: the ring the receiver writes descriptors into, and the matching table.
@@ -48,11 +55,32 @@ struct SendState final : CommState {
   core::Operation closedAck;
   bool ackOwed = false;  // the receiver closed: answer once no write of ours is in flight
   bool warnedReleased = false;
+  // The receiver said (kClosed) that it writes no more descriptors into the ring. Until then a
+  // closed comm keeps its ring out of the arena: a new comm reusing it would read the old
+  // receiver's late descriptors and write into its freed buffers.
+  bool receiverDone = false;
+  uint64_t lingerUntilNs = 0;  // closed: the ring is given up (leaked) after this (0: never)
 };
+
+// A described receive buffer ended (landed, failed, or its comm went): NCCL's deregistration of
+// it, when it came meanwhile, takes effect now.
+void dropDescribed(core::MemoryHandle* handle) {
+  if (handle == nullptr || --handle->describedRecvs > 0 || !handle->mrOwed) return;
+  handle->mrOwed = false;
+  handle->registry->owe(handle);
+}
 
 // The receiver's side: the peer's ring, the descriptors being written from, and its buffers.
 struct RecvState final : CommState {
   explicit RecvState(core::ControlArena& arena) : staging(arena) {}
+  // The comm goes once its sender acknowledged the close, died, or the close gave up: the
+  // registrations NCCL deregistered meanwhile go too (a late write then fails at the provider
+  // instead of landing in memory NCCL freed).
+  ~RecvState() override {
+    for (uint32_t slot = 0; slot < rdma::kSlots; ++slot) {
+      if (chunkOf(slot) != nullptr) dropHandles(slot);
+    }
+  }
   // Descriptor slots come in chunks allocated as receives first need them: most comms keep a
   // few receives in flight, and an idle one holds none.
   static constexpr uint32_t kSlotsPerChunk = 8;
@@ -60,11 +88,16 @@ struct RecvState final : CommState {
     core::Operation descriptorWrites[kSlotsPerChunk];
     core::Request* requests[kSlotsPerChunk] = {};
     rdma::SlotProgress progress[kSlotsPerChunk];
+    // The registrations each slot's buffers were described with (see dropDescribed).
+    core::MemoryHandle* handles[kSlotsPerChunk][rdma::kGroup] = {};
   };
   ArenaSlot staging;  // the close notice, then the entry of each slot (rdma::entryOffset)
   core::Operation closeNotice;
   bool awaitingAck = false;  // closed with buffers described: the sender may still write
   bool senderDone = false;   // the sender said it writes nothing more (it closed, or we did)
+  // Closed while descriptor writes were in flight: the close notice follows the last of them,
+  // so that the sender may reuse its ring once the notice has come.
+  bool noticeOwed = false;
   uint64_t ringAddress = 0;
   uint64_t ringKey = 0;
   std::unique_ptr<Chunk> chunks[rdma::kSlots / kSlotsPerChunk];
@@ -106,6 +139,13 @@ struct RecvState final : CommState {
   void release(uint32_t slot) {
     progress(slot).disarm();
     request(slot) = nullptr;
+    dropHandles(slot);
+  }
+  void dropHandles(uint32_t slot) {
+    for (core::MemoryHandle*& handle : chunkOf(slot)->handles[slot % kSlotsPerChunk]) {
+      dropDescribed(handle);
+      handle = nullptr;
+    }
   }
   // The slot whose descriptor write `op` is, or kSlots.
   uint32_t slotOf(const core::Operation& op) const {
@@ -144,6 +184,61 @@ uint64_t waitKey(int32_t tag, uint16_t seq) {
 void unpost(core::Device& device, core::Operation& op) {
   if (op.queued) device.unqueue(op);
   if (op.inFlight) device.cancel(op);
+}
+
+// Tells the sender that this receive comm closed: it fails what waits for us, answers once its
+// writes have ended, and may reuse its ring (no descriptor write of ours is in flight any more).
+void sendCloseNotice(core::DataComm& comm, RecvState& state) {
+  state.noticeOwed = false;
+  uint8_t* buffer = state.staging->data + rdma::kNoticeOffset;
+  // A failure is the device's to log: the peer may be gone already, which is what it would hear.
+  comm.device().controlChannel().send(state.closeNotice, buffer, state.staging->desc, comm.peer(),
+                                      comm.remoteId(), core::wire::ControlKind::kClosed, nullptr,
+                                      0);
+}
+
+bool descriptorWritesInFlight(RecvState& state) {
+  bool writing = false;
+  state.forEachOwn([&state, &writing](const core::Operation& op) {
+    if (&op != &state.closeNotice && op.inFlight) writing = true;
+  });
+  return writing;
+}
+
+// A receive comm's own operation completed or failed: true when it was one (a descriptor write or
+// the close notice).
+bool onDescriptorWrite(core::DataComm& comm, RecvState& state, core::Operation& op, int error) {
+  if (&op == &state.closeNotice) {
+    // A peer that cannot be told is gone: it writes nothing more either.
+    if (error != 0) state.awaitingAck = false;
+    return true;
+  }
+  uint32_t slot = state.slotOf(op);
+  if (slot == rdma::kSlots) return false;
+  if (error == 0) return true;
+  core::Request* request = state.request(slot);
+  state.release(slot);
+  if (request == nullptr || error == FI_ECANCELED) return true;
+  // No data will come for this request: it fails as one of its buffers would (one WARN a comm).
+  request->remaining = 1;
+  comm.onError(request->ops[0], error, 0, "writing the receive descriptors to the sender");
+  return true;
+}
+
+bool ringExposed(const core::DataComm& comm, SendState& state) {
+  // The receiver may still write descriptors into the ring until it says it closed; a dead one
+  // writes nothing more.
+  if (!comm.closed() || state.receiverDone || comm.peerFailed()) return false;
+  if (state.lingerUntilNs == 0 || core::nowNs() < state.lingerUntilNs) return true;
+  // A live receiver that neither closed nor answered within the close bound: the comm goes, its
+  // ring never returns to the arena (16 KiB), so that no new comm reads the late descriptors.
+  state.receiverDone = true;
+  state.ring.leak();
+  NNF_INFO(abi::kLogSubsysNet,
+           "comm %u: the receiver did not close within NCCL_FABRIC_CLOSE_TIMEOUT_MS; its "
+           "descriptor ring is set aside rather than reused",
+           comm.id());
+  return false;
 }
 
 // The part of a message one rail carries: `length` bytes from `offset`, in `segments` writes.
@@ -346,6 +441,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   auto* entries =
       reinterpret_cast<BufferDescriptor*>(state.staging->data + rdma::entryOffset(slot));
   uint64_t sizes64[rdma::kGroup];
+  core::MemoryHandle* described[rdma::kGroup] = {};
   for (int i = 0; i < count; ++i) {
     int64_t next = comm.sequences().next(tags[i]);
     if (next < 0) {
@@ -358,6 +454,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     if (handle != nullptr && handle->mr != nullptr) {
       entry.address = handle->remoteAddress(data[i]);
       for (size_t r = 0; r < rdma::kMaxRails; ++r) entry.keys[r] = handle->key(r);
+      described[i] = handle;
     } else if (sizes[i] == 0) {
       // Nothing will be written: any valid target does (our own staging entry, on the leader,
       // where empty messages go).
@@ -387,6 +484,10 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   }
   state.progress(slot).arm(static_cast<uint32_t>(count), sizes64);
   state.request(slot) = &request;
+  for (int i = 0; i < count; ++i) {
+    if (described[i] != nullptr) ++described[i]->describedRecvs;
+    state.chunkOf(slot)->handles[slot % RecvState::kSlotsPerChunk][i] = described[i];
+  }
   request.remaining = static_cast<uint8_t>(count);
 
   write.request = nullptr;
@@ -475,21 +576,10 @@ bool Rdma::onOwnCompletion(core::DataComm& comm, core::Operation& op, int error)
   if (comm.protocolState() == nullptr) return false;
   if (comm.kind() == core::Comm::Kind::kSend) return &op == &sendState(comm).closedAck;
   RecvState& state = recvState(comm);
-  if (&op == &state.closeNotice) {
-    // A peer that cannot be told is gone: it writes nothing more either.
-    if (error != 0) state.awaitingAck = false;
-    return true;
-  }
-  uint32_t slot = state.slotOf(op);
-  if (slot == rdma::kSlots) return false;
-  if (error == 0) return true;
-  core::Request* request = state.request(slot);
-  state.release(slot);
-  if (request == nullptr || error == FI_ECANCELED) return true;
-  // No data will come for this request: it fails as one of its buffers would (one WARN a comm).
-  request->remaining = 1;
-  comm.onError(request->ops[0], error, 0, "writing the receive descriptors to the sender");
-  return true;
+  bool ours = onDescriptorWrite(comm, state, op, error);
+  // The close notice waited for this write (see onClose).
+  if (ours && state.noticeOwed && !descriptorWritesInFlight(state)) sendCloseNotice(comm, state);
+  return ours;
 }
 
 bool Rdma::continueWrite(core::DataComm& comm, core::Operation& op) {
@@ -526,10 +616,11 @@ void Rdma::forget(core::DataComm& comm, core::Request& request) {
 int Rdma::ownInFlight(const core::DataComm& comm) const {
   if (comm.protocolState() == nullptr) return 0;
   if (comm.kind() == core::Comm::Kind::kSend) {
+    auto& state = *static_cast<SendState*>(comm.protocolState());
     // Queued counts too: a comm freed with an operation in the device's retry queue would
     // leave the queue pointing into freed memory.
-    const core::Operation& ack = static_cast<const SendState*>(comm.protocolState())->closedAck;
-    return ack.inFlight || ack.queued ? 1 : 0;
+    if (state.closedAck.inFlight || state.closedAck.queued) return 1;
+    return ringExposed(comm, state) ? 1 : 0;
   }
   auto& state = *static_cast<RecvState*>(comm.protocolState());
   int count = 0;
@@ -552,8 +643,12 @@ void Rdma::onClose(core::DataComm& comm) {
   if (comm.kind() == core::Comm::Kind::kSend) {
     // Tell the receiver we write nothing more, once our last write has ended: its close may be
     // waiting for that (our own close notice may never have reached it).
+    SendState& state = sendState(comm);
+    int64_t limitMs = comm.device().config().integer(config::Param::kCloseTimeoutMs);
+    state.lingerUntilNs =
+        limitMs > 0 ? core::nowNs() + static_cast<uint64_t>(limitMs) * 1000000 : 0;
     if (comm.remoteId() != 0) {
-      sendState(comm).ackOwed = true;
+      state.ackOwed = true;
       onWriteDone(comm);
     }
     return;
@@ -563,11 +658,13 @@ void Rdma::onClose(core::DataComm& comm) {
   for (uint32_t slot = 0; slot < rdma::kSlots; ++slot) {
     if (state.requestAt(slot) != nullptr && !state.senderDone) state.awaitingAck = true;
   }
-  uint8_t* buffer = state.staging->data + rdma::kNoticeOffset;
-  // A failure is the device's to log: the peer may be gone already, which is what it would hear.
-  comm.device().controlChannel().send(state.closeNotice, buffer, state.staging->desc, comm.peer(),
-                                      comm.remoteId(), core::wire::ControlKind::kClosed, nullptr,
-                                      0);
+  // Descriptor writes cannot be cancelled: the notice follows the last one (onOwnCompletion),
+  // so that nothing of ours lands in the sender's ring after it.
+  if (descriptorWritesInFlight(state)) {
+    state.noticeOwed = true;
+    return;
+  }
+  sendCloseNotice(comm, state);
 }
 
 int Rdma::peerWritesPending(const core::DataComm& comm) const {
@@ -577,7 +674,9 @@ int Rdma::peerWritesPending(const core::DataComm& comm) const {
 
 void Rdma::onPeerClosed(core::DataComm& comm) {
   if (comm.kind() != core::Comm::Kind::kSend || comm.protocolState() == nullptr) return;
-  sendState(comm).ackOwed = true;
+  SendState& state = sendState(comm);
+  state.receiverDone = true;
+  state.ackOwed = true;
   onWriteDone(comm);
 }
 

@@ -1,14 +1,17 @@
 // Which NIC an address belongs to, across processes. With NNF_EFA_RULES_NICS > 1, every enabled
 // endpoint writes a file named after a hash of its base address into NNF_EFA_RULES_ADDRESSES (a
 // directory; default /tmp/efa-rules-addresses-<uid>) holding "<nic> <pid> <address in hex>";
-// the endpoint removes it when it closes. All NICs share the base interface, so a base address
-// names exactly one live endpoint on the machine, and its file tells an initiator which NIC's
-// keys an RMA to it must carry. A process killed without closing leaves its files behind; the
-// next endpoint bound to the same address overwrites them.
+// the endpoint removes it when it closes, a reader when its process is gone. All NICs share the
+// base interface, so a base address names exactly one live endpoint on the machine, and its file
+// tells an initiator which NIC's keys an RMA to it must carry. A process that ends without closing
+// leaves its files behind until a reader finds it gone or the next endpoint bound to the same
+// address overwrites them.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -92,7 +95,13 @@ void withdrawAddress(const std::string& ownName, int nic) {
 
 int publishedNic(const std::string& canonical) {
   Entry entry;
-  if (!readEntry(fileOf(canonical), &entry) || entry.address != hex(canonical)) return -1;
+  std::string path = fileOf(canonical);
+  if (!readEntry(path, &entry) || entry.address != hex(canonical)) return -1;
+  // Left by a process that ended without closing (forked test children leave with _exit).
+  if (kill(static_cast<pid_t>(entry.pid), 0) != 0 && errno == ESRCH) {
+    unlink(path.c_str());
+    return -1;
+  }
   return entry.nic;
 }
 

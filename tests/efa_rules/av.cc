@@ -1,5 +1,6 @@
 // The address vector: forwards to the base AV; fi_addr_t values are the base's, unchanged, so
-// completions' source addresses need no translation.
+// completions' source addresses need no translation. With several NICs it also learns which NIC
+// each address belongs to (addresses.cc), for the remote-key-domain rule.
 #include "efa_rules.h"
 
 namespace efa_rules {
@@ -22,6 +23,12 @@ int insert(fid_av* av, const void* addr, size_t count, fi_addr_t* fiAddr, uint64
 }
 
 int removeAddr(fid_av* av, fi_addr_t* fiAddr, size_t count, uint64_t flags) {
+  auto* ours = reinterpret_cast<Av*>(av);
+  {
+    // The base may hand the same fi_addr_t to the next address inserted.
+    std::lock_guard<std::mutex> guard(ours->mutex);
+    for (size_t i = 0; fiAddr != nullptr && i < count; ++i) ours->nics.erase(fiAddr[i]);
+  }
   return fi_av_remove(baseOf(av), fiAddr, count, flags);
 }
 
@@ -63,6 +70,22 @@ fi_ops_av g_avOps = makeAvOps();
 
 }  // namespace
 
+int nicOfPeer(Av* av, fi_addr_t addr) {
+  {
+    std::lock_guard<std::mutex> guard(av->mutex);
+    auto found = av->nics.find(addr);
+    if (found != av->nics.end()) return found->second;
+  }
+  char name[256];
+  size_t len = sizeof(name);
+  int nic = -1;
+  if (fi_av_lookup(av->base, addr, name, &len) == 0 && len <= sizeof(name))
+    nic = publishedNic(canonicalAddress(name, len));
+  std::lock_guard<std::mutex> guard(av->mutex);
+  av->nics[addr] = nic;
+  return nic;
+}
+
 int openAv(fid_domain* domain, fi_av_attr* attr, fid_av** av, void* context) {
   auto* ourDomain = reinterpret_cast<Domain*>(domain);
   fid_av* base = nullptr;
@@ -78,6 +101,7 @@ int openAv(fid_domain* domain, fi_av_attr* attr, fid_av** av, void* context) {
   ours->fid.fid.ops = &g_fidOps;
   ours->fid.ops = &g_avOps;
   ours->base = base;
+  ours->domain = ourDomain;
   *av = &ours->fid;
   return 0;
 }

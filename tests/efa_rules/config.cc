@@ -25,6 +25,8 @@ Config loadConfig() {
   if (const char* v = env("NNF_EFA_RULES_TAG_BITS")) config.tagBits = std::atoi(v);
   if (config.tagBits < 0 || config.tagBits >= 64) config.tagBits = 0;
   if (const char* v = env("NNF_EFA_RULES_DMABUF")) config.dmabuf = std::strcmp(v, "1") == 0;
+  if (const char* v = env("NNF_EFA_RULES_NICS")) config.nics = std::atoi(v);
+  if (config.nics < 1 || config.nics > kMaxNics) config.nics = 1;
   if (const char* v = env("NNF_EFA_RULES_REFUSE")) {
     std::stringstream list(v);
     std::string item;

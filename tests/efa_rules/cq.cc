@@ -211,6 +211,7 @@ int openCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** cq, void* context) {
   ours->fid.fid.ops = &g_fidOps;
   ours->fid.ops = &g_cqOps;
   ours->base = base;
+  ours->domain = reinterpret_cast<Domain*>(domain);
   ours->entrySize = entrySize;
   ours->reorder = config.reorder;
   ours->rng.seed(config.seed);

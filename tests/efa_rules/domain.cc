@@ -1,4 +1,7 @@
 // The domain: wraps the base domain, opened from the base fi_info re-queried by domain name.
+// Each of our NICs (efa-<base>-rdm, efa-<base>-rdm-1, ...) opens a base domain of its own.
+#include <algorithm>
+
 #include "efa_rules.h"
 
 namespace efa_rules {
@@ -6,6 +9,7 @@ namespace {
 
 int closeDomain(fid* f) {
   auto* domain = reinterpret_cast<Domain*>(f);
+  writeStats();
   int ret = domain->base != nullptr ? fi_close(&domain->base->fid) : 0;
   fi_freeinfo(domain->info);
   delete domain;
@@ -87,6 +91,9 @@ int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* con
   ours->baseMrMode = baseMrMode;
   ours->mrLocal = (info->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
   ours->tagMask = tagMaskOf(info->ep_attr->mem_tag_format);
+  ours->name = info->domain_attr->name != nullptr ? info->domain_attr->name : "";
+  ours->nic = std::max(nicOf(info->domain_attr->name), 0);
+  ours->traffic = trafficOf(ours->name);
   *domain = &ours->fid;
   return 0;
 }

@@ -12,8 +12,10 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
@@ -46,8 +48,10 @@ struct Config {
   uint64_t seed = 0x5eed0efa;
   int tagBits = 0;  // 0: FI_TAG_GENERIC
   bool dmabuf = false;
+  int nics = 1;  // NNF_EFA_RULES_NICS: EFA devices presented per base domain, 1..kMaxNics
   std::set<std::string> refuse;
 };
+constexpr int kMaxNics = 8;
 Config loadConfig();
 bool refused(const char* optionName);
 
@@ -61,6 +65,8 @@ enum class Rule {
   kSharedMemoryRead,
   kLl128Order,
   kDmabufRange,
+  kWrongDomain,
+  kRemoteKeyDomain,
 };
 constexpr int kProvErrnoBase = 0xefa000;  // prov_errno of a violation: base + rule number
 const char* ruleName(Rule rule);
@@ -77,9 +83,34 @@ struct Domain;
 struct Cq;
 struct Av;
 
+// --- NICs (info.cc): our domain name of NIC `nic` over a base domain, "efa-<base>-rdm" for
+// NIC 0 and "efa-<base>-rdm-<nic>" after it; and back. nicOf answers -1 for a name not ours.
+std::string efaDomainName(const std::string& baseDomain, int nic);
+int nicOf(const char* ourDomainName);
+
+// --- per-domain traffic (stats.cc): bytes each domain name carried, as the initiator posted
+// them; written to NNF_EFA_RULES_STATS at domain close, at exit and on demand.
+struct Traffic {
+  std::atomic<uint64_t> written{0};  // RMA writes (fi_write*, fi_inject_write*)
+  std::atomic<uint64_t> sent{0};     // msg and tagged sends
+};
+Traffic* trafficOf(const std::string& domainName);
+void writeStats();
+
+// --- endpoint addresses (addresses.cc): with several NICs, each enabled endpoint publishes its
+// base address and NIC in a directory every process on the machine reads (the base is shared, so
+// a peer's address names one of its endpoints), so that an initiator can tell which NIC an RMA
+// targets.
+// A base address without its "scheme://" and trailing NULs, as the AV and getname agree on it.
+std::string canonicalAddress(const char* data, size_t len);
+void publishAddress(const std::string& ownName, int nic);
+void withdrawAddress(const std::string& ownName, int nic);
+// The NIC of the endpoint at a base address, -1 when no live endpoint published it.
+int publishedNic(const std::string& canonical);
+
 // --- info translation (info.cc).
 fi_info* toBaseHints(const fi_info* hints, const Config& config);
-fi_info* toEfaInfo(const fi_info* base, const fi_info* hints, const Config& config);
+fi_info* toEfaInfo(const fi_info* base, const fi_info* hints, const Config& config, int nic);
 // The base provider's fi_info for one of our fi_info (re-queried, matched on domain name).
 fi_info* baseInfoFor(const fi_info* ours, const Config& config);
 uint64_t tagMaskOf(uint64_t memTagFormat);
@@ -103,13 +134,21 @@ struct Domain {
   bool mrLocal = false;
   uint64_t baseMrMode = 0;  // keys and addresses follow EFA's mr_mode whatever the base's is
   uint64_t tagMask = ~0ULL;
+  int nic = 0;       // our NIC index, from our domain name
+  std::string name;  // our domain name
+  Traffic* traffic = nullptr;
 };
 int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* context);
 
 struct Av {
   fid_av fid{};
   fid_av* base = nullptr;
+  Domain* domain = nullptr;
+  std::mutex mutex;
+  std::map<fi_addr_t, int> nics;  // target NIC per address, learnt at first RMA; -1 unknown
 };
+// The NIC of the endpoint `addr` names (published by its process), -1 when unknown.
+int nicOfPeer(Av* av, fi_addr_t addr);
 int openAv(fid_domain* domain, fi_av_attr* attr, fid_av** av, void* context);
 
 // A completion held back by the reordering CQ.
@@ -120,6 +159,7 @@ struct Pending {
 struct Cq {
   fid_cq fid{};
   fid_cq* base = nullptr;
+  Domain* domain = nullptr;
   size_t entrySize = 0;
   std::mutex mutex;
   bool reorder = true;
@@ -137,11 +177,15 @@ struct Mr {
   uintptr_t start = 0;
   uintptr_t end = 0;
   bool device = false;  // registered with FI_HMEM_CUDA (or as a DMA-BUF)
+  Domain* domain = nullptr;
 };
 void installMrOps(fi_ops_mr* ops);
 // Turns a remote address and key as EFA callers give them (virtual address, our key) into the
 // base's, for a base that takes offsets.
 void baseRmaTarget(const Domain* domain, uint64_t* addr, uint64_t* key);
+// The NIC whose domain registered a remote key, as an initiator on `domain` sees the key; -1
+// where keys do not tell (one NIC, or a base that makes its own keys).
+int nicOfKey(const Domain* domain, uint64_t key);
 // The live MR behind a descriptor, or nullptr when `desc` is not one of ours.
 Mr* liveMr(void* desc);
 // Whether [p, p+len) lies in a range registered as device memory.

@@ -28,10 +28,20 @@ int closeEp(fid* f) {
       spare = nullptr;
     }
   }
+  if (ep->enabled && loadConfig().nics > 1) withdrawAddress(ep->ownName, ep->domain->nic);
   int ret = fi_close(&ep->base->fid);
   if (spare != nullptr) fi_close(&spare->fid);
   delete ep;
   return ret;
+}
+
+// An AV or CQ opened on another of our domains (another NIC) than the endpoint's.
+bool otherDomain(Ep* ep, const Domain* domain, const char* what) {
+  if (domain == ep->domain) return false;
+  violation(Rule::kWrongDomain, std::string("fi_ep_bind of ") + what + " opened on domain " +
+                                    (domain != nullptr ? domain->name : "?") +
+                                    " to an endpoint of domain " + ep->domain->name);
+  return true;
 }
 
 int bindEp(fid* f, fid* bfid, uint64_t flags) {
@@ -40,12 +50,14 @@ int bindEp(fid* f, fid* bfid, uint64_t flags) {
   switch (bfid->fclass) {
     case FI_CLASS_AV: {
       auto* av = reinterpret_cast<Av*>(bfid);
+      if (otherDomain(ep, av->domain, "an AV")) return -FI_EINVAL;
       int ret = fi_ep_bind(ep->base, &av->base->fid, flags);
       if (ret == 0) ep->av = av;
       return ret;
     }
     case FI_CLASS_CQ: {
       auto* cq = reinterpret_cast<Cq*>(bfid);
+      if (otherDomain(ep, cq->domain, "a CQ")) return -FI_EINVAL;
       int ret = fi_ep_bind(ep->base, &cq->base->fid, flags);
       if (ret != 0) return ret;
       if (flags & FI_TRANSMIT) ep->txCq = cq;
@@ -71,6 +83,7 @@ int controlEp(fid* f, int command, void* arg) {
   char name[256];
   size_t len = sizeof(name);
   if (fi_getname(&ep->base->fid, name, &len) == 0) ep->ownName.assign(name, len);
+  if (loadConfig().nics > 1 && !ep->ownName.empty()) publishAddress(ep->ownName, ep->domain->nic);
   return 0;
 }
 

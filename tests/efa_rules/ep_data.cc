@@ -28,6 +28,8 @@ struct Post {
   fi_addr_t addr = FI_ADDR_UNSPEC;
   void* context = nullptr;
   const char* op = "";
+  const fi_rma_iov* rma = nullptr;  // RMA: the remote side, as the caller gave it
+  size_t rmaCount = 0;
 };
 
 Ep* epOf(fid_ep* ep) {
@@ -53,17 +55,6 @@ std::string describe(const Post& post, size_t i) {
   std::snprintf(text, sizeof(text), "%s buffer %p length %zu", post.op,
                 post.iov != nullptr && i < post.count ? post.iov[i].iov_base : nullptr,
                 post.iov != nullptr && i < post.count ? post.iov[i].iov_len : 0);
-  return text;
-}
-
-// A string address without its "scheme://" and trailing NULs: shm in 2.x names itself
-// "fi_shm://pid:..." but its address vector answers "pid:...".
-std::string canonicalAddress(const char* data, size_t len) {
-  std::string text(data, len);
-  while (!text.empty() && text.back() == '\0') text.pop_back();
-  size_t scheme = text.find("://");
-  if (scheme != std::string::npos && text.find('\0') == std::string::npos)
-    text.erase(0, scheme + 3);
   return text;
 }
 
@@ -94,6 +85,34 @@ Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
     if (registeredAsDevice(buf, post.iov[i].iov_len) || driverSaysDevice(buf)) {
       *detail = describe(post, i) + " is device memory (inject copies with the CPU)";
       return Rule::kInjectDeviceMemory;
+    }
+  }
+  // Each NIC's memory keys are its own: a descriptor from another domain's MR means nothing to
+  // this endpoint's NIC, FI_MR_LOCAL or not.
+  for (size_t i = 0; post.desc != nullptr && i < post.count; ++i) {
+    Mr* mr = post.desc[i] != nullptr ? liveMr(post.desc[i]) : nullptr;
+    if (mr != nullptr && mr->domain != ep->domain) {
+      *detail = describe(post, i) + " has a descriptor of an MR of domain " + mr->domain->name +
+                ", not of the endpoint's domain " + ep->domain->name;
+      return Rule::kWrongDomain;
+    }
+  }
+  // An RMA must name the target's memory with a key of the target endpoint's NIC.
+  if (post.rmaCount > 0 && ep->av != nullptr) {
+    int targetNic = -1;
+    for (size_t i = 0; i < post.rmaCount; ++i) {
+      int keyNic = nicOfKey(ep->domain, post.rma[i].key);
+      if (keyNic < 0) continue;
+      if (targetNic < 0) targetNic = nicOfPeer(ep->av, post.addr);
+      if (targetNic < 0 || keyNic == targetNic) continue;
+      char text[200];
+      std::snprintf(text, sizeof(text),
+                    "%s remote key 0x%llx (address 0x%llx) is a key of NIC %d, but the target "
+                    "endpoint is on NIC %d",
+                    post.op, static_cast<unsigned long long>(post.rma[i].key),
+                    static_cast<unsigned long long>(post.rma[i].addr), keyNic, targetNic);
+      *detail = text;
+      return Rule::kRemoteKeyDomain;
     }
   }
   if (ep->domain->mrLocal && !post.inject) {
@@ -164,77 +183,93 @@ bool admit(Ep* ep, const Post& post, void** baseDesc, ssize_t* ret) {
   return true;
 }
 
+// Counts what a post the base took carries (sends and RMA writes) for its domain.
+ssize_t tally(Ep* ep, const Post& post, ssize_t ret) {
+  if (ret != 0 || post.recv || post.kind == Kind::kRead) return ret;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < post.count; ++i) bytes += post.iov[i].iov_len;
+  Traffic* traffic = ep->domain->traffic;
+  if (post.kind == Kind::kWrite)
+    traffic->written += bytes;
+  else
+    traffic->sent += bytes;
+  return ret;
+}
+
 // --- msg
 ssize_t recv(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, void* ctx) {
   Ep* ep = epOf(f);
   iovec iov{buf, len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kMsg, true, false, &iov, &desc, 1, 0, 0, src, ctx, "fi_recv"}, bd, &ret))
-    return ret;
-  return fi_recv(ep->base, buf, len, bd[0], src, ctx);
+  Post post{Kind::kMsg, true, false, &iov, &desc, 1, 0, 0, src, ctx, "fi_recv"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_recv(ep->base, buf, len, bd[0], src, ctx));
 }
 ssize_t recvv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src, void* ctx) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kMsg, true, false, iov, desc, count, 0, 0, src, ctx, "fi_recvv"}, bd, &ret))
-    return ret;
-  return fi_recvv(ep->base, iov, bd, count, src, ctx);
+  Post post{Kind::kMsg, true, false, iov, desc, count, 0, 0, src, ctx, "fi_recvv"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_recvv(ep->base, iov, bd, count, src, ctx));
 }
 ssize_t recvmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep,
-             {Kind::kMsg, true, false, msg->msg_iov, msg->desc, msg->iov_count, 0, 0, msg->addr,
-              msg->context, "fi_recvmsg"},
-             bd, &ret))
-    return ret;
+  Post post{Kind::kMsg, true, false,     msg->msg_iov, msg->desc,   msg->iov_count,
+            0,          0,    msg->addr, msg->context, "fi_recvmsg"};
+  if (!admit(ep, post, bd, &ret)) return ret;
   fi_msg copy = *msg;
   copy.desc = bd;
-  return fi_recvmsg(ep->base, &copy, flags);
+  return tally(ep, post, fi_recvmsg(ep->base, &copy, flags));
 }
 ssize_t send(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest, void* ctx) {
   Ep* ep = epOf(f);
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kMsg, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_send"}, bd, &ret))
-    return ret;
-  return fi_send(ep->base, buf, len, bd[0], dest, ctx);
+  Post post{Kind::kMsg, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_send"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_send(ep->base, buf, len, bd[0], dest, ctx));
 }
 ssize_t sendv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t dest, void* ctx) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kMsg, false, false, iov, desc, count, 0, 0, dest, ctx, "fi_sendv"}, bd,
-             &ret))
-    return ret;
-  return fi_sendv(ep->base, iov, bd, count, dest, ctx);
+  Post post{Kind::kMsg, false, false, iov, desc, count, 0, 0, dest, ctx, "fi_sendv"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_sendv(ep->base, iov, bd, count, dest, ctx));
 }
 ssize_t sendmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep,
-             {Kind::kMsg, false, (flags & FI_INJECT) != 0, msg->msg_iov, msg->desc, msg->iov_count,
-              0, 0, msg->addr, msg->context, "fi_sendmsg"},
-             bd, &ret))
-    return ret;
+  Post post{Kind::kMsg,
+            false,
+            (flags & FI_INJECT) != 0,
+            msg->msg_iov,
+            msg->desc,
+            msg->iov_count,
+            0,
+            0,
+            msg->addr,
+            msg->context,
+            "fi_sendmsg"};
+  if (!admit(ep, post, bd, &ret)) return ret;
   fi_msg copy = *msg;
   copy.desc = bd;
-  return fi_sendmsg(ep->base, &copy, flags);
+  return tally(ep, post, fi_sendmsg(ep->base, &copy, flags));
 }
 ssize_t inject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest) {
   Ep* ep = epOf(f);
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kMsg, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject"}, bd,
-             &ret))
-    return ret;
-  return fi_inject(ep->base, buf, len, dest);
+  Post post{Kind::kMsg, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_inject(ep->base, buf, len, dest));
 }
 ssize_t senddata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data, fi_addr_t dest,
                  void* ctx) {
@@ -242,20 +277,18 @@ ssize_t senddata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t da
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kMsg, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_senddata"}, bd,
-             &ret))
-    return ret;
-  return fi_senddata(ep->base, buf, len, bd[0], data, dest, ctx);
+  Post post{Kind::kMsg, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_senddata"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_senddata(ep->base, buf, len, bd[0], data, dest, ctx));
 }
 ssize_t injectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest) {
   Ep* ep = epOf(f);
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kMsg, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_injectdata"},
-             bd, &ret))
-    return ret;
-  return fi_injectdata(ep->base, buf, len, data, dest);
+  Post post{Kind::kMsg, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_injectdata"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_injectdata(ep->base, buf, len, data, dest));
 }
 
 // --- tagged
@@ -265,33 +298,29 @@ ssize_t trecv(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, uint6
   iovec iov{buf, len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kTagged, true, false, &iov, &desc, 1, tag, ignore, src, ctx, "fi_trecv"},
-             bd, &ret))
-    return ret;
-  return fi_trecv(ep->base, buf, len, bd[0], src, tag, ignore, ctx);
+  Post post{Kind::kTagged, true, false, &iov, &desc, 1, tag, ignore, src, ctx, "fi_trecv"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_trecv(ep->base, buf, len, bd[0], src, tag, ignore, ctx));
 }
 ssize_t trecvv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src, uint64_t tag,
                uint64_t ignore, void* ctx) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kTagged, true, false, iov, desc, count, tag, ignore, src, ctx, "fi_trecvv"},
-             bd, &ret))
-    return ret;
-  return fi_trecvv(ep->base, iov, bd, count, src, tag, ignore, ctx);
+  Post post{Kind::kTagged, true, false, iov, desc, count, tag, ignore, src, ctx, "fi_trecvv"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_trecvv(ep->base, iov, bd, count, src, tag, ignore, ctx));
 }
 ssize_t trecvmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep,
-             {Kind::kTagged, true, false, msg->msg_iov, msg->desc, msg->iov_count, msg->tag,
-              msg->ignore, msg->addr, msg->context, "fi_trecvmsg"},
-             bd, &ret))
-    return ret;
+  Post post{Kind::kTagged, true,        false,     msg->msg_iov, msg->desc,    msg->iov_count,
+            msg->tag,      msg->ignore, msg->addr, msg->context, "fi_trecvmsg"};
+  if (!admit(ep, post, bd, &ret)) return ret;
   fi_msg_tagged copy = *msg;
   copy.desc = bd;
-  return fi_trecvmsg(ep->base, &copy, flags);
+  return tally(ep, post, fi_trecvmsg(ep->base, &copy, flags));
 }
 ssize_t tsend(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest, uint64_t tag,
               void* ctx) {
@@ -299,44 +328,47 @@ ssize_t tsend(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kTagged, false, false, &iov, &desc, 1, tag, 0, dest, ctx, "fi_tsend"}, bd,
-             &ret))
-    return ret;
-  return fi_tsend(ep->base, buf, len, bd[0], dest, tag, ctx);
+  Post post{Kind::kTagged, false, false, &iov, &desc, 1, tag, 0, dest, ctx, "fi_tsend"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_tsend(ep->base, buf, len, bd[0], dest, tag, ctx));
 }
 ssize_t tsendv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t dest, uint64_t tag,
                void* ctx) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kTagged, false, false, iov, desc, count, tag, 0, dest, ctx, "fi_tsendv"},
-             bd, &ret))
-    return ret;
-  return fi_tsendv(ep->base, iov, bd, count, dest, tag, ctx);
+  Post post{Kind::kTagged, false, false, iov, desc, count, tag, 0, dest, ctx, "fi_tsendv"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_tsendv(ep->base, iov, bd, count, dest, tag, ctx));
 }
 ssize_t tsendmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep,
-             {Kind::kTagged, false, (flags & FI_INJECT) != 0, msg->msg_iov, msg->desc,
-              msg->iov_count, msg->tag, 0, msg->addr, msg->context, "fi_tsendmsg"},
-             bd, &ret))
-    return ret;
+  Post post{Kind::kTagged,
+            false,
+            (flags & FI_INJECT) != 0,
+            msg->msg_iov,
+            msg->desc,
+            msg->iov_count,
+            msg->tag,
+            0,
+            msg->addr,
+            msg->context,
+            "fi_tsendmsg"};
+  if (!admit(ep, post, bd, &ret)) return ret;
   fi_msg_tagged copy = *msg;
   copy.desc = bd;
-  return fi_tsendmsg(ep->base, &copy, flags);
+  return tally(ep, post, fi_tsendmsg(ep->base, &copy, flags));
 }
 ssize_t tinject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t tag) {
   Ep* ep = epOf(f);
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep,
-             {Kind::kTagged, false, true, &iov, nullptr, 1, tag, 0, dest, nullptr, "fi_tinject"},
-             bd, &ret))
-    return ret;
-  return fi_tinject(ep->base, buf, len, dest, tag);
+  Post post{Kind::kTagged, false, true, &iov, nullptr, 1, tag, 0, dest, nullptr, "fi_tinject"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_tinject(ep->base, buf, len, dest, tag));
 }
 ssize_t tsenddata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data, fi_addr_t dest,
                   uint64_t tag, void* ctx) {
@@ -344,10 +376,9 @@ ssize_t tsenddata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t d
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kTagged, false, false, &iov, &desc, 1, tag, 0, dest, ctx, "fi_tsenddata"},
-             bd, &ret))
-    return ret;
-  return fi_tsenddata(ep->base, buf, len, bd[0], data, dest, tag, ctx);
+  Post post{Kind::kTagged, false, false, &iov, &desc, 1, tag, 0, dest, ctx, "fi_tsenddata"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_tsenddata(ep->base, buf, len, bd[0], data, dest, tag, ctx));
 }
 ssize_t tinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
                     uint64_t tag) {
@@ -355,12 +386,9 @@ ssize_t tinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_ad
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(
-          ep,
-          {Kind::kTagged, false, true, &iov, nullptr, 1, tag, 0, dest, nullptr, "fi_tinjectdata"},
-          bd, &ret))
-    return ret;
-  return fi_tinjectdata(ep->base, buf, len, data, dest, tag);
+  Post post{Kind::kTagged, false, true, &iov, nullptr, 1, tag, 0, dest, nullptr, "fi_tinjectdata"};
+  if (!admit(ep, post, bd, &ret)) return ret;
+  return tally(ep, post, fi_tinjectdata(ep->base, buf, len, data, dest, tag));
 }
 
 // --- RMA
@@ -380,37 +408,42 @@ ssize_t rread(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, uint6
   iovec iov{buf, len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kRead, false, false, &iov, &desc, 1, 0, 0, src, ctx, "fi_read"}, bd, &ret))
-    return ret;
+  Post post{Kind::kRead, false, false, &iov, &desc, 1, 0, 0, src, ctx, "fi_read"};
+  fi_rma_iov target{addr, 0, key};
+  post.rma = &target;
+  post.rmaCount = 1;
+  if (!admit(ep, post, bd, &ret)) return ret;
   baseRmaTarget(ep->domain, &addr, &key);
-  return fi_read(ep->base, buf, len, bd[0], src, addr, key, ctx);
+  return tally(ep, post, fi_read(ep->base, buf, len, bd[0], src, addr, key, ctx));
 }
 ssize_t rreadv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src, uint64_t addr,
                uint64_t key, void* ctx) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kRead, false, false, iov, desc, count, 0, 0, src, ctx, "fi_readv"}, bd,
-             &ret))
-    return ret;
+  Post post{Kind::kRead, false, false, iov, desc, count, 0, 0, src, ctx, "fi_readv"};
+  fi_rma_iov target{addr, 0, key};
+  post.rma = &target;
+  post.rmaCount = 1;
+  if (!admit(ep, post, bd, &ret)) return ret;
   baseRmaTarget(ep->domain, &addr, &key);
-  return fi_readv(ep->base, iov, bd, count, src, addr, key, ctx);
+  return tally(ep, post, fi_readv(ep->base, iov, bd, count, src, addr, key, ctx));
 }
 ssize_t rreadmsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep,
-             {Kind::kRead, false, false, msg->msg_iov, msg->desc, msg->iov_count, 0, 0, msg->addr,
-              msg->context, "fi_readmsg"},
-             bd, &ret))
-    return ret;
+  Post post{Kind::kRead, false, false,     msg->msg_iov, msg->desc,   msg->iov_count,
+            0,           0,     msg->addr, msg->context, "fi_readmsg"};
+  post.rma = msg->rma_iov;
+  post.rmaCount = msg->rma_iov_count;
+  if (!admit(ep, post, bd, &ret)) return ret;
   fi_msg_rma copy = *msg;
   copy.desc = bd;
   fi_rma_iov rma[kMaxIov];
   if (!translateRma(ep, msg, rma)) return -FI_EINVAL;
   copy.rma_iov = rma;
-  return fi_readmsg(ep->base, &copy, flags);
+  return tally(ep, post, fi_readmsg(ep->base, &copy, flags));
 }
 ssize_t rwrite(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest, uint64_t addr,
                uint64_t key, void* ctx) {
@@ -418,38 +451,51 @@ ssize_t rwrite(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t des
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kWrite, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_write"}, bd,
-             &ret))
-    return ret;
+  Post post{Kind::kWrite, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_write"};
+  fi_rma_iov target{addr, 0, key};
+  post.rma = &target;
+  post.rmaCount = 1;
+  if (!admit(ep, post, bd, &ret)) return ret;
   baseRmaTarget(ep->domain, &addr, &key);
-  return fi_write(ep->base, buf, len, bd[0], dest, addr, key, ctx);
+  return tally(ep, post, fi_write(ep->base, buf, len, bd[0], dest, addr, key, ctx));
 }
 ssize_t rwritev(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t dest,
                 uint64_t addr, uint64_t key, void* ctx) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kWrite, false, false, iov, desc, count, 0, 0, dest, ctx, "fi_writev"}, bd,
-             &ret))
-    return ret;
+  Post post{Kind::kWrite, false, false, iov, desc, count, 0, 0, dest, ctx, "fi_writev"};
+  fi_rma_iov target{addr, 0, key};
+  post.rma = &target;
+  post.rmaCount = 1;
+  if (!admit(ep, post, bd, &ret)) return ret;
   baseRmaTarget(ep->domain, &addr, &key);
-  return fi_writev(ep->base, iov, bd, count, dest, addr, key, ctx);
+  return tally(ep, post, fi_writev(ep->base, iov, bd, count, dest, addr, key, ctx));
 }
 ssize_t rwritemsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
   Ep* ep = epOf(f);
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep,
-             {Kind::kWrite, false, (flags & FI_INJECT) != 0, msg->msg_iov, msg->desc,
-              msg->iov_count, 0, 0, msg->addr, msg->context, "fi_writemsg"},
-             bd, &ret))
-    return ret;
+  Post post{Kind::kWrite,
+            false,
+            (flags & FI_INJECT) != 0,
+            msg->msg_iov,
+            msg->desc,
+            msg->iov_count,
+            0,
+            0,
+            msg->addr,
+            msg->context,
+            "fi_writemsg"};
+  post.rma = msg->rma_iov;
+  post.rmaCount = msg->rma_iov_count;
+  if (!admit(ep, post, bd, &ret)) return ret;
   fi_msg_rma copy = *msg;
   copy.desc = bd;
   fi_rma_iov rma[kMaxIov];
   if (!translateRma(ep, msg, rma)) return -FI_EINVAL;
   copy.rma_iov = rma;
-  return fi_writemsg(ep->base, &copy, flags);
+  return tally(ep, post, fi_writemsg(ep->base, &copy, flags));
 }
 ssize_t rinject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t addr,
                 uint64_t key) {
@@ -457,12 +503,13 @@ ssize_t rinject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep,
-             {Kind::kWrite, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject_write"},
-             bd, &ret))
-    return ret;
+  Post post{Kind::kWrite, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject_write"};
+  fi_rma_iov target{addr, 0, key};
+  post.rma = &target;
+  post.rmaCount = 1;
+  if (!admit(ep, post, bd, &ret)) return ret;
   baseRmaTarget(ep->domain, &addr, &key);
-  return fi_inject_write(ep->base, buf, len, dest, addr, key);
+  return tally(ep, post, fi_inject_write(ep->base, buf, len, dest, addr, key));
 }
 ssize_t rwritedata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data,
                    fi_addr_t dest, uint64_t addr, uint64_t key, void* ctx) {
@@ -470,11 +517,13 @@ ssize_t rwritedata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t 
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(ep, {Kind::kWrite, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_writedata"}, bd,
-             &ret))
-    return ret;
+  Post post{Kind::kWrite, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_writedata"};
+  fi_rma_iov target{addr, 0, key};
+  post.rma = &target;
+  post.rmaCount = 1;
+  if (!admit(ep, post, bd, &ret)) return ret;
   baseRmaTarget(ep->domain, &addr, &key);
-  return fi_writedata(ep->base, buf, len, bd[0], data, dest, addr, key, ctx);
+  return tally(ep, post, fi_writedata(ep->base, buf, len, bd[0], data, dest, addr, key, ctx));
 }
 ssize_t rinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
                     uint64_t addr, uint64_t key) {
@@ -482,13 +531,14 @@ ssize_t rinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_ad
   iovec iov{const_cast<void*>(buf), len};
   void* bd[kMaxIov];
   ssize_t ret;
-  if (!admit(
-          ep,
-          {Kind::kWrite, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject_writedata"},
-          bd, &ret))
-    return ret;
+  Post post{Kind::kWrite,         false, true, &iov, nullptr, 1, 0, 0, dest, nullptr,
+            "fi_inject_writedata"};
+  fi_rma_iov target{addr, 0, key};
+  post.rma = &target;
+  post.rmaCount = 1;
+  if (!admit(ep, post, bd, &ret)) return ret;
   baseRmaTarget(ep->domain, &addr, &key);
-  return fi_inject_writedata(ep->base, buf, len, data, dest, addr, key);
+  return tally(ep, post, fi_inject_writedata(ep->base, buf, len, data, dest, addr, key));
 }
 
 fi_ops_rma makeRmaOps() {

@@ -33,17 +33,42 @@ bool baseMatches(const char* provName, const std::string& base) {
   return name == base || name.rfind(base + ";", 0) == 0;
 }
 
-// "efa-<base domain>-rdm" back to "<base domain>"; anything else is not ours.
+// "efa-<base domain>-rdm[-<nic>]" split into the base domain and the NIC; false when not ours.
+bool splitDomainName(const std::string& name, std::string* base, int* nic) {
+  if (name.rfind("efa-", 0) != 0) return false;
+  std::string rest = name.substr(4);
+  *nic = 0;
+  size_t dash = rest.rfind('-');
+  if (dash != std::string::npos && rest.size() - dash == 2 && rest[dash + 1] >= '1' &&
+      rest[dash + 1] < '0' + kMaxNics && dash >= 4 && rest.compare(dash - 4, 4, "-rdm") == 0) {
+    *nic = rest[dash + 1] - '0';
+    rest.resize(dash);
+  }
+  if (rest.size() < 5 || rest.compare(rest.size() - 4, 4, "-rdm") != 0) return false;
+  *base = rest.substr(0, rest.size() - 4);
+  return true;
+}
+
+// Our domain name back to the base's; anything else is not ours.
 const char* baseDomainName(const char* ours, std::string* storage) {
-  if (ours == nullptr) return nullptr;
-  std::string name = ours;
-  if (name.size() < 8 || name.rfind("efa-", 0) != 0 || name.substr(name.size() - 4) != "-rdm")
-    return nullptr;
-  *storage = name.substr(4, name.size() - 8);
+  int nic = 0;
+  if (ours == nullptr || !splitDomainName(ours, storage, &nic)) return nullptr;
   return storage->c_str();
 }
 
 }  // namespace
+
+std::string efaDomainName(const std::string& baseDomain, int nic) {
+  std::string name = "efa-" + baseDomain + "-rdm";
+  return nic == 0 ? name : name + "-" + std::to_string(nic);
+}
+
+int nicOf(const char* ourDomainName) {
+  std::string base;
+  int nic = 0;
+  if (ourDomainName == nullptr || !splitDomainName(ourDomainName, &base, &nic)) return -1;
+  return nic;
+}
 
 uint64_t tagMaskOf(uint64_t memTagFormat) {
   return memTagFormat == kTagGeneric ? ~0ULL : memTagFormat;
@@ -75,7 +100,7 @@ fi_info* toBaseHints(const fi_info* hints, const Config& config) {
   return base;
 }
 
-fi_info* toEfaInfo(const fi_info* base, const fi_info* hints, const Config& config) {
+fi_info* toEfaInfo(const fi_info* base, const fi_info* hints, const Config& config, int nic) {
   fi_info* info = fi_dupinfo(base);
   if (info == nullptr) return nullptr;
   bool hmem = config.hmem && (hints == nullptr || hints->caps == 0 || (hints->caps & FI_HMEM));
@@ -97,8 +122,7 @@ fi_info* toEfaInfo(const fi_info* base, const fi_info* hints, const Config& conf
   info->ep_attr->protocol = FI_PROTO_EFA;
   info->tx_attr->inject_size = std::min(base->tx_attr->inject_size, kInjectLimit);
 
-  std::string domain = std::string("efa-") + base->domain_attr->name + "-rdm";
-  replace(info->domain_attr->name, domain.c_str());
+  replace(info->domain_attr->name, efaDomainName(base->domain_attr->name, nic).c_str());
   replace(info->fabric_attr->name, "efa");
   // The core fills prov_name with ours; a name left here would become "tcp;efa".
   replace(info->fabric_attr->prov_name, nullptr);
@@ -132,18 +156,25 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
   fi_freeinfo(baseHints);
   if (ret != 0) return ret;
 
+  // NIC by NIC: every base entry once per NIC, so that NIC 0's entries come first as before.
   fi_info* tail = nullptr;
-  for (fi_info* entry = baseList; entry != nullptr; entry = entry->next) {
-    if (entry->ep_attr->type != FI_EP_RDM ||
-        !baseMatches(entry->fabric_attr->prov_name, config.base))
-      continue;
-    fi_info* ours = toEfaInfo(entry, hints, config);
-    if (ours == nullptr) continue;
-    if (tail == nullptr)
-      *info = ours;
-    else
-      tail->next = ours;
-    tail = ours;
+  for (int nic = 0; nic < config.nics; ++nic) {
+    for (fi_info* entry = baseList; entry != nullptr; entry = entry->next) {
+      if (entry->ep_attr->type != FI_EP_RDM ||
+          !baseMatches(entry->fabric_attr->prov_name, config.base))
+        continue;
+      // A hint naming one of our domains: only that NIC's entries.
+      int wanted =
+          hints != nullptr && hints->domain_attr != nullptr ? nicOf(hints->domain_attr->name) : -1;
+      if (wanted >= 0 && wanted != nic) continue;
+      fi_info* ours = toEfaInfo(entry, hints, config, nic);
+      if (ours == nullptr) continue;
+      if (tail == nullptr)
+        *info = ours;
+      else
+        tail->next = ours;
+      tail = ours;
+    }
   }
   fi_freeinfo(baseList);
   return *info != nullptr ? 0 : -FI_ENODATA;

@@ -20,6 +20,18 @@ std::set<Mr*> g_live;
 constexpr uint64_t kKeyBase = uint64_t{0xefa} << 40;
 std::atomic<uint64_t> g_nextKey{kKeyBase};
 constexpr int kStartBits = 47;  // user-space addresses on x86-64 and arm64
+// With several NICs, a key index carries its NIC above 14 bits of count (an index has 17 bits
+// beside a 47-bit start), so that a peer can tell which NIC's domain a key belongs to; each NIC
+// counts on its own and wraps (a wrapped key still live is skipped).
+constexpr int kNicShift = 14;
+constexpr uint64_t kCountMask = (uint64_t{1} << kNicShift) - 1;
+std::atomic<uint64_t> g_nicCount[kMaxNics];
+
+uint64_t nextKey(const Domain* domain, int nics) {
+  if (nics == 1) return g_nextKey++;
+  uint64_t count = g_nicCount[domain->nic]++ & kCountMask;
+  return kKeyBase + ((static_cast<uint64_t>(domain->nic) << kNicShift) | count);
+}
 
 int closeMr(fid* f) {
   auto* mr = reinterpret_cast<Mr*>(f);
@@ -108,7 +120,9 @@ int regAttr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** mr) {
   // A base without provider keys or virtual addresses (tcp;ofi_rxm on 1.17): unique keys from
   // us, and an offset equal to the address so that offsets are virtual addresses.
   uint64_t key = 0;
-  if (!(domain->baseMrMode & FI_MR_PROV_KEY)) baseAttr.requested_key = key = g_nextKey++;
+  const bool ownKeys = !(domain->baseMrMode & FI_MR_PROV_KEY);
+  const int nics = loadConfig().nics;
+  if (ownKeys) baseAttr.requested_key = key = nextKey(domain, nics);
   // Without virtual addresses the base (tcp on 1.17) takes a remote address as an offset from the
   // region's start, whatever offset we register: our key carries that start to the initiator.
   bool offsets = !(domain->baseMrMode & FI_MR_VIRT_ADDR);
@@ -120,6 +134,11 @@ int regAttr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** mr) {
   }
   fid_mr* base = nullptr;
   int ret = fi_mr_regattr(domain->base, &baseAttr, flags, &base);
+  // A NIC's count wrapped onto a key still registered: take the next ones.
+  for (int tries = 0; ret == -FI_ENOKEY && ownKeys && nics > 1 && tries < 64; ++tries) {
+    baseAttr.requested_key = key = nextKey(domain, nics);
+    ret = fi_mr_regattr(domain->base, &baseAttr, flags, &base);
+  }
   if (ret != 0) return ret;
 
   auto* ours = new (std::nothrow) Mr();
@@ -138,6 +157,7 @@ int regAttr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** mr) {
   ours->start = reinterpret_cast<uintptr_t>(range.iov_base);
   ours->end = ours->start + range.iov_len;
   ours->device = device;
+  ours->domain = domain;
   {
     std::lock_guard<std::mutex> guard(g_mutex);
     g_live.insert(ours);
@@ -179,6 +199,19 @@ void baseRmaTarget(const Domain* domain, uint64_t* addr, uint64_t* key) {
   uint64_t start = *key & ((uint64_t{1} << kStartBits) - 1);
   *addr -= start;
   *key = kKeyBase + (*key >> kStartBits);
+}
+
+int nicOfKey(const Domain* domain, uint64_t key) {
+  if (loadConfig().nics == 1 || (domain->baseMrMode & FI_MR_PROV_KEY)) return -1;
+  uint64_t index = 0;
+  if (domain->baseMrMode & FI_MR_VIRT_ADDR) {
+    if (key < kKeyBase) return -1;
+    index = key - kKeyBase;
+  } else {
+    index = key >> kStartBits;
+  }
+  uint64_t nic = index >> kNicShift;
+  return nic < kMaxNics ? static_cast<int>(nic) : -1;
 }
 
 Mr* liveMr(void* desc) {

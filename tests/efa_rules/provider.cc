@@ -17,6 +17,17 @@
 //                           cuda_api_permitted, shared_memory_permitted, rnr_retry,
 //                           use_device_rdma, sendrecv_in_order_aligned_128_bytes,
 //                           write_in_order_aligned_128_bytes
+//   NNF_EFA_RULES_NICS      EFA devices (NICs) to present, 1..8 (default 1): fi_getinfo lists
+//                           each base entry once per NIC, domain "efa-<base domain>-rdm" for NIC 0
+//                           (the name with one NIC) and "efa-<base domain>-rdm-<n>" for NIC n;
+//                           each NIC's domain opens its own base domain over the same base
+//                           interface, and registers memory with keys that name the NIC
+//   NNF_EFA_RULES_ADDRESSES directory where, with several NICs, endpoints publish which NIC
+//                           their address belongs to (default /tmp/efa-rules-addresses-<uid>;
+//                           addresses.cc)
+//   NNF_EFA_RULES_STATS     file to append per-domain traffic to: "<domain> <bytes written by
+//                           RMA> <bytes sent> <pid>" per domain name, totals so far, at domain
+//                           close, at exit and on nnf_efa_rules_write_stats() (stats.cc)
 //   NNF_EFA_RULES_REPORT    file to append one line "<rule> <detail>\n" per violation (read at
 //                           each violation)
 //   NCCL_FABRIC_CUDA_LIBRARY  the CUDA driver to ask about device pointers (the fake one in tests)
@@ -38,6 +49,16 @@
 //                           kind set to true while NCCL_PROTO is not "Simple" (once per endpoint)
 //   8 dmabuf-range          a DMA-BUF registration whose base_addr + offset range is not device
 //                           memory by the CUDA driver
+//   9 wrong-domain          a post with a descriptor of an MR registered on another of our
+//                           domains (another NIC) than the endpoint's, or fi_ep_bind of an AV or
+//                           CQ of another domain (which returns -FI_EINVAL)
+//  10 remote-key-domain     with several NICs, an RMA (read or write) whose remote key was
+//                           registered on another NIC than the one of the target endpoint. Keys
+//                           carry their NIC (mr.cc) and endpoints publish theirs (addresses.cc), so
+//                           the check holds across processes; it needs keys we make, so a base
+//                           with FI_MR_PROV_KEY (neither tcp nor shm) is not checked. Whether the
+//                           key is live in the target process is not checked (no process sees
+//                           another's registrations; the base refuses a dead key anyway).
 #include <cstddef>
 
 #include "efa_rules.h"

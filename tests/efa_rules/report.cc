@@ -55,6 +55,10 @@ const char* ruleName(Rule rule) {
       return "ll128-order";
     case Rule::kDmabufRange:
       return "dmabuf-range";
+    case Rule::kWrongDomain:
+      return "wrong-domain";
+    case Rule::kRemoteKeyDomain:
+      return "remote-key-domain";
   }
   return "unknown";
 }
@@ -80,7 +84,8 @@ uint64_t violationCount() {
 }
 
 bool isRuleErrno(int provErrno) {
-  return provErrno > kProvErrnoBase && provErrno <= kProvErrnoBase + 8;
+  return provErrno > kProvErrnoBase &&
+         provErrno <= kProvErrnoBase + static_cast<int>(Rule::kRemoteKeyDomain);
 }
 
 bool driverSaysDevice(const void* p) {

@@ -1,5 +1,6 @@
 #include "support/test_env.h"
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,11 +21,81 @@ std::string sharedFixturesDir() {
 }
 
 namespace {
-// NNF_TEST_PROVIDER is "PROVIDER" or "PROVIDER+PROTOCOL" (one variable: see below).
+// NNF_TEST_PROVIDER is "PROVIDER[+PROTOCOL][+<N>rails]" (one variable: see below).
 std::string providerPart(const std::string& value) {
   return value.substr(0, value.find('+'));
 }
+
+// The parts after the provider: a protocol, and a rail count ("2rails"; 0 when absent).
+void splitSuffixes(const std::string& value, std::string* protocol, int* rails) {
+  *rails = 0;
+  size_t start = value.find('+');
+  while (start != std::string::npos) {
+    size_t end = value.find('+', start + 1);
+    std::string part = value.substr(start + 1, end == std::string::npos ? end : end - start - 1);
+    const std::string suffix = "rails";
+    if (part.size() > suffix.size() &&
+        part.compare(part.size() - suffix.size(), suffix.size(), suffix) == 0)
+      *rails = std::atoi(part.c_str());
+    else
+      *protocol = part;
+    start = end;
+  }
+}
 }  // namespace
+
+int testRails() {
+  const char* rails = std::getenv("NNF_TEST_RAILS");
+  int count = rails != nullptr ? std::atoi(rails) : 1;
+  return count > 0 ? count : 1;
+}
+
+std::string efaRulesDomainName(int nic) {
+  const char* base = std::getenv("NNF_EFA_RULES_BASE");
+  std::string domain = "lo";
+  if (base != nullptr && std::string(base) == "shm") {
+    domain = "shm";
+  } else if (const char* iface = std::getenv("FI_TCP_IFACE"); iface != nullptr && *iface) {
+    domain = iface;
+  }
+  std::string name = "efa-" + domain + "-rdm";
+  return nic == 0 ? name : name + "-" + std::to_string(nic);
+}
+
+std::string efaRulesStats() {
+  static const std::string path =
+      "/tmp/nnf-efa-rules-stats-" + std::to_string(static_cast<int>(getpid())) + ".txt";
+  return path;
+}
+
+bool writeEfaRulesStats() {
+  // libfabric loaded the provider from FI_PROVIDER_PATH; the same file is the same object.
+  std::string path = efaRulesDir() + "/libefa-rules-fi.so";
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) return false;
+  auto write = reinterpret_cast<int (*)()>(dlsym(lib, "nnf_efa_rules_write_stats"));
+  bool ok = write != nullptr && write() == 0;
+  dlclose(lib);
+  return ok;
+}
+
+std::map<std::string, EfaRulesTraffic> readEfaRulesStats(const std::string& path, long pid) {
+  // Each line holds a process's totals so far: the last one of each (domain, pid) counts.
+  std::map<std::pair<std::string, long>, EfaRulesTraffic> latest;
+  std::ifstream in(path);
+  std::string domain;
+  EfaRulesTraffic traffic;
+  long linePid = 0;
+  while (in >> domain >> traffic.written >> traffic.sent >> linePid) {
+    if (pid == 0 || linePid == pid) latest[{domain, linePid}] = traffic;
+  }
+  std::map<std::string, EfaRulesTraffic> sum;
+  for (const auto& [key, value] : latest) {
+    sum[key.first].written += value.written;
+    sum[key.first].sent += value.sent;
+  }
+  return sum;
+}
 
 std::string testProvider() {
   const char* provider = std::getenv("NNF_TEST_PROVIDER");
@@ -89,6 +160,7 @@ class EfaRulesReportCheck : public ::testing::Environment {
     std::string path = efaRulesReport();
     std::vector<std::string> lines = readEfaRulesReport(path);
     unlink(path.c_str());
+    unlink(efaRulesStats().c_str());
     std::string all;
     for (const std::string& line : lines) all += "  " + line + "\n";
     EXPECT_TRUE(lines.empty()) << "the plugin broke EFA rules (" << lines.size()
@@ -101,8 +173,15 @@ class EfaRulesReportCheck : public ::testing::Environment {
 
 void useTestProvider(const std::string& value) {
   std::string provider = providerPart(value);
-  if (provider.size() < value.size()) {
-    setenv("NCCL_FABRIC_PROTOCOL", value.substr(provider.size() + 1).c_str(), 1);
+  std::string protocol;
+  int rails = 0;
+  splitSuffixes(value, &protocol, &rails);
+  if (!protocol.empty()) setenv("NCCL_FABRIC_PROTOCOL", protocol.c_str(), 1);
+  if (rails > 0) setenv("NNF_TEST_RAILS", std::to_string(rails).c_str(), 1);
+  if (provider != "efa" && testRails() > 1) {
+    // Only the EFA-rules provider can present several NICs on one machine.
+    std::fprintf(stderr, "test_env: %d rails need the efa provider, not %s: running on one\n",
+                 testRails(), provider.c_str());
   }
   if (provider != "efa") {
     setenv("FI_PROVIDER", provider.c_str(), 1);
@@ -116,6 +195,13 @@ void useTestProvider(const std::string& value) {
   setenv("FI_TCP_IFACE", "lo", 0);
   setenv("NNF_EFA_RULES_REORDER", "1", 0);
   setenv("NCCL_FABRIC_CUDA_LIBRARY", fakeCudaLibrary().c_str(), 0);
+  setenv("NNF_EFA_RULES_STATS", efaRulesStats().c_str(), 0);
+  if (testRails() > 1) {
+    setenv("NNF_EFA_RULES_NICS", std::to_string(testRails()).c_str(), 1);
+    std::string group = efaRulesDomainName(0);
+    for (int nic = 1; nic < testRails(); ++nic) group += "," + efaRulesDomainName(nic);
+    setenv("NCCL_FABRIC_RAILS", group.c_str(), 0);
+  }
   if (getenv("NNF_EFA_RULES_REPORT") == nullptr) {
     setenv("NNF_EFA_RULES_REPORT", efaRulesReport().c_str(), 1);
     ::testing::AddGlobalTestEnvironment(new EfaRulesReportCheck);

@@ -1,6 +1,8 @@
 // Where tests find their inputs.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,8 +30,30 @@ std::string sourceDir();
 //             FI_PROVIDER_PATH and chosen with NCCL_FABRIC_PROVIDER (FI_PROVIDER would hide the
 //             provider underneath), with the fake CUDA driver so GPU buffers take the GPU path,
 //             completions reordered, and every rule violation appended to efaRulesReport().
-// `provider` may name a protocol too: "shm+sendrecv" sets NCCL_FABRIC_PROTOCOL=sendrecv.
+// `provider` may name a protocol too: "shm+sendrecv" sets NCCL_FABRIC_PROTOCOL=sendrecv; and,
+// on efa only, a rail count: "efa+rdma+2rails" (or NNF_TEST_RAILS=2 beside "efa+rdma") sets
+// NNF_TEST_RAILS=2, has the EFA-rules provider present two NICs (NNF_EFA_RULES_NICS=2) and
+// groups them into one plugin device (NCCL_FABRIC_RAILS=efa-lo-rdm,efa-lo-rdm-1; a value
+// already set, even empty, is kept, so that a test can look at the NICs ungrouped).
+// Traffic per NIC goes to efaRulesStats().
 void useTestProvider(const std::string& provider);
+
+// Rails per device the test runs with: NNF_TEST_RAILS (1 when unset).
+int testRails();
+// The EFA-rules provider's domain name of NIC `nic` over the base the tests use
+// (NNF_EFA_RULES_BASE: tcp on FI_TCP_IFACE, default lo; or shm): efa-lo-rdm, efa-lo-rdm-1, ...
+std::string efaRulesDomainName(int nic);
+// This test process's per-domain traffic file (NNF_EFA_RULES_STATS, tests/efa_rules/stats.cc).
+std::string efaRulesStats();
+// Has the EFA-rules provider loaded in this process write its totals now; false when it is not
+// loaded or NNF_EFA_RULES_STATS is unset.
+bool writeEfaRulesStats();
+struct EfaRulesTraffic {
+  uint64_t written = 0;  // bytes written by RMA
+  uint64_t sent = 0;     // bytes sent (msg and tagged)
+};
+// Per domain name: the latest totals of process `pid` (0: every process, summed).
+std::map<std::string, EfaRulesTraffic> readEfaRulesStats(const std::string& path, long pid = 0);
 
 // The EFA-rules provider's directory (FI_PROVIDER_PATH: NNF_EFA_RULES_DIR, else the build
 // tree's) and this test process's report file.

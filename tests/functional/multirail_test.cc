@@ -1,0 +1,303 @@
+// One device of several NICs ("rails"): the EFA-rules provider presents two NICs
+// (NNF_TEST_PROVIDER=efa+rdma+2rails, tests/support/test_env.h) that NCCL_FABRIC_RAILS groups
+// into one device. The device must report the rails' summed speed, and its data must travel over
+// every rail: large messages striped across them, small ones spread round-robin, grouped
+// receives too. The provider counts the bytes each NIC's domain carried (NNF_EFA_RULES_STATS),
+// and reports any descriptor or remote key used on the wrong rail (the suite fails on it).
+// With one rail (NNF_TEST_RAILS unset) there is nothing to spread: every test skips.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/harness.h"
+#include "support/patterns.h"
+#include "support/plugin_ops.h"
+#include "support/scoped_env.h"
+#include "support/test_env.h"
+
+namespace nnf::test {
+namespace {
+
+constexpr int kTag = 0x3C;
+constexpr size_t kTail = 4096;  // bytes past each message checked for stray writes
+// The least share of a transfer's bytes each of two rails must carry.
+constexpr double kMinShare = 0.25;
+
+// Skips a test with one rail; fails one that asks for rails the stand-in cannot present.
+#define REQUIRE_RAILS()                                                                         \
+  do {                                                                                          \
+    if (testRails() < 2)                                                                        \
+      GTEST_SKIP() << "one rail per device: run with NNF_TEST_PROVIDER=efa+rdma+2rails (or "    \
+                      "NNF_TEST_RAILS=2 on efa) to test multi-rail";                            \
+    ASSERT_EQ(testProvider(), "efa")                                                            \
+        << "rails need the EFA-rules provider (it presents the NICs and counts their traffic)"; \
+  } while (0)
+
+// Bytes each rail's domain carried (written by RMA plus sent) in this process so far.
+std::map<std::string, uint64_t> carriedByRail() {
+  std::map<std::string, uint64_t> carried;
+  EXPECT_TRUE(writeEfaRulesStats()) << "the EFA-rules provider is not loaded here, or "
+                                    << "NNF_EFA_RULES_STATS is unset";
+  std::map<std::string, EfaRulesTraffic> traffic = readEfaRulesStats(efaRulesStats(), getpid());
+  for (int rail = 0; rail < testRails(); ++rail) {
+    const EfaRulesTraffic& t = traffic[efaRulesDomainName(rail)];
+    carried[efaRulesDomainName(rail)] = t.written + t.sent;
+  }
+  return carried;
+}
+
+// Every rail carried at least kMinShare of `payload` bytes between two snapshots.
+::testing::AssertionResult everyRailCarried(const std::map<std::string, uint64_t>& before,
+                                            const std::map<std::string, uint64_t>& after,
+                                            uint64_t payload) {
+  std::ostringstream shares;
+  bool ok = true;
+  for (const auto& [rail, bytes] : after) {
+    uint64_t delta = bytes - before.at(rail);
+    shares << " " << rail << "=" << delta;
+    if (static_cast<double>(delta) < kMinShare * static_cast<double>(payload)) ok = false;
+  }
+  if (ok) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "a rail carried less than " << kMinShare * 100 << "% of " << payload
+         << " payload bytes; bytes carried per rail:" << shares.str();
+}
+
+// What the plugin reports with the NICs ungrouped: one device per NIC, each one rail.
+std::vector<int> ungroupedSpeeds() {
+  ScopedEnv env;
+  env.set("NCCL_FABRIC_RAILS", "");  // kept by the test support: no grouping
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  runOneProcess([&](Peer& peer) {
+    std::vector<int> speeds;
+    for (int dev = 0; dev < peer.ndev; ++dev) {
+      abi::PropertiesV8 props{};
+      ASSERT_EQ(peer.net->getProperties(dev, &props), abi::kSuccess);
+      speeds.push_back(props.speed);
+    }
+    int count = static_cast<int>(speeds.size());
+    ASSERT_EQ(write(fds[1], &count, sizeof(count)), static_cast<ssize_t>(sizeof(count)));
+    ssize_t bytes = static_cast<ssize_t>(speeds.size() * sizeof(int));
+    ASSERT_EQ(write(fds[1], speeds.data(), bytes), bytes);
+  });
+  close(fds[1]);
+  int count = 0;
+  std::vector<int> speeds;
+  if (read(fds[0], &count, sizeof(count)) == static_cast<ssize_t>(sizeof(count)) && count > 0) {
+    speeds.resize(count);
+    ssize_t bytes = static_cast<ssize_t>(count * sizeof(int));
+    EXPECT_EQ(read(fds[0], speeds.data(), bytes), bytes);
+  }
+  close(fds[0]);
+  return speeds;
+}
+
+TEST(Multirail, DeviceSpeedIsTheSumOfItsRails) {
+  REQUIRE_RAILS();
+  std::vector<int> single = ungroupedSpeeds();
+  ASSERT_EQ(static_cast<int>(single.size()), testRails())
+      << "ungrouped, each NIC should be a device of its own";
+  int sum = 0;
+  for (int speed : single) {
+    EXPECT_GT(speed, 0);
+    sum += speed;
+  }
+  runOneProcess([&](Peer& peer) {
+    EXPECT_EQ(peer.ndev, 1) << "NCCL_FABRIC_RAILS groups every NIC into one device";
+    EXPECT_EQ(peer.props.speed, sum)
+        << "one rail reports " << single.front() << " Mbps; " << testRails() << " rails carry data";
+  });
+}
+
+TEST(Multirail, LargeMessagesAreStripedOverEveryRail) {
+  REQUIRE_RAILS();
+  // Odd sizes beside the round ones: a stripe boundary must not lose or repeat the tail.
+  static const std::vector<int> kSizes = {8 << 20, (8 << 20) + 3, 64 << 20, (32 << 20) - 1};
+  const size_t largest = static_cast<size_t>(*std::max_element(kSizes.begin(), kSizes.end()));
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer buffer(largest);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    for (size_t i = 0; i < kSizes.size(); ++i) {
+      SCOPED_TRACE("message " + std::to_string(i) + " of " + std::to_string(kSizes[i]) + " B");
+      fillPattern(buffer.data(), kSizes[i], i);
+      std::map<std::string, uint64_t> before = carriedByRail();
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, buffer.data(), kSizes[i], kTag, mh, &request));
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+      // The send is done once its writes are: the counts are final for this message.
+      EXPECT_TRUE(everyRailCarried(before, carriedByRail(), kSizes[i]));
+    }
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer buffer(largest + kTail);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    for (size_t i = 0; i < kSizes.size(); ++i) {
+      SCOPED_TRACE("message " + std::to_string(i) + " of " + std::to_string(kSizes[i]) + " B");
+      fillSentinel(buffer.data(), kSizes[i] + kTail);
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data(), kSizes[i], kTag, mh, &request));
+      int size = -1;
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
+      EXPECT_EQ(size, kSizes[i]);
+      EXPECT_TRUE(verifyPattern(buffer.data(), kSizes[i], i));
+      EXPECT_TRUE(verifySentinel(buffer.data() + kSizes[i], kTail));
+    }
+    dereg(peer, comm, mh);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 180);
+}
+
+TEST(Multirail, SmallMessagesAreSpreadOverEveryRail) {
+  REQUIRE_RAILS();
+  constexpr int kMessages = 1000;
+  constexpr int kSize = 4096;
+  constexpr int kWindow = abi::kMaxRequests;
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer buffer(size_t{kWindow} * kSize);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    std::map<std::string, uint64_t> before = carriedByRail();
+    for (int first = 0; first < kMessages; first += kWindow) {
+      std::vector<void*> requests;
+      for (int m = first; m < std::min(first + kWindow, kMessages); ++m) {
+        uint8_t* slot = buffer.data() + size_t{kSize} * (m - first);
+        fillPattern(slot, kSize, m);
+        void* request;
+        ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, slot, kSize, kTag, mh, &request));
+        requests.push_back(request);
+      }
+      std::vector<int> sizes;
+      ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));
+    }
+    EXPECT_TRUE(everyRailCarried(before, carriedByRail(), uint64_t{kMessages} * kSize));
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer buffer(size_t{kWindow} * kSize);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    for (int first = 0; first < kMessages; first += kWindow) {
+      fillSentinel(buffer.data(), buffer.size());
+      std::vector<void*> requests;
+      for (int m = first; m < std::min(first + kWindow, kMessages); ++m) {
+        void* request;
+        ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data() + size_t{kSize} * (m - first),
+                                         kSize, kTag, mh, &request));
+        requests.push_back(request);
+      }
+      std::vector<int> sizes;
+      ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));
+      for (int m = first; m < std::min(first + kWindow, kMessages); ++m) {
+        EXPECT_EQ(sizes[m - first], kSize) << "message " << m;
+        EXPECT_TRUE(verifyPattern(buffer.data() + size_t{kSize} * (m - first), kSize, m))
+            << "message " << m;
+      }
+    }
+    dereg(peer, comm, mh);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 180);
+}
+
+// Eight buffers per grouped receive, sizes from 64 KiB to past 1 MiB (odd ones among them).
+constexpr int kGroup = 8;
+constexpr int kGroupSlot = (1 << 20) + (64 << 10);
+int groupSize(int round, int j) {
+  return j % 2 == 0 ? (1 << 20) + 4097 * j + round : (64 << 10) * (j + 1) + 3;
+}
+uint64_t groupMessage(int round, int j) {
+  return 1000 * round + j;
+}
+
+TEST(Multirail, GroupedReceivesGetTheirDataOverEveryRail) {
+  REQUIRE_RAILS();
+  constexpr int kRounds = 4;
+  auto sender = [&](Peer& peer) {
+    ASSERT_GE(peer.props.maxRecvs, kGroup);
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer buffer(size_t{kGroupSlot} * kGroup);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    std::map<std::string, uint64_t> before = carriedByRail();
+    uint64_t payload = 0;
+    for (int round = 0; round < kRounds; ++round) {
+      std::vector<void*> requests;
+      // Reverse order: the receiver must match by tag, whichever rail a part came over.
+      for (int j = kGroup - 1; j >= 0; --j) {
+        uint8_t* slot = buffer.data() + size_t{kGroupSlot} * j;
+        fillPattern(slot, groupSize(round, j), groupMessage(round, j));
+        void* request;
+        ASSERT_NO_FATAL_FAILURE(
+            postSend(peer, comm, slot, groupSize(round, j), kTag + j, mh, &request));
+        requests.push_back(request);
+        payload += groupSize(round, j);
+      }
+      std::vector<int> sizes;
+      ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));
+    }
+    EXPECT_TRUE(everyRailCarried(before, carriedByRail(), payload));
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer buffer(size_t{kGroupSlot} * kGroup);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    for (int round = 0; round < kRounds; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      fillSentinel(buffer.data(), buffer.size());
+      std::vector<void*> data(kGroup), mhandles(kGroup, mh);
+      std::vector<int> sizes(kGroup, kGroupSlot), tags(kGroup);
+      for (int j = 0; j < kGroup; ++j) {
+        data[j] = buffer.data() + size_t{kGroupSlot} * j;
+        tags[j] = kTag + j;
+      }
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postRecvGroup(peer, comm, kGroup, data.data(), sizes.data(),
+                                            tags.data(), mhandles.data(), &request));
+      std::vector<int> got(kGroup, -1);
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, got.data()));
+      for (int j = 0; j < kGroup; ++j) {
+        const uint8_t* slot = buffer.data() + size_t{kGroupSlot} * j;
+        SCOPED_TRACE("buffer " + std::to_string(j));
+        EXPECT_EQ(got[j], groupSize(round, j));
+        EXPECT_TRUE(verifyPattern(slot, groupSize(round, j), groupMessage(round, j)));
+        EXPECT_TRUE(verifySentinel(slot + groupSize(round, j), kGroupSlot - groupSize(round, j)));
+      }
+    }
+    dereg(peer, comm, mh);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 180);
+}
+
+}  // namespace
+}  // namespace nnf::test

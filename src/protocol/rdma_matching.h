@@ -43,10 +43,11 @@ class SendMatcher {
   // groups at once. Waiting sends need no table: they are linked through their own storage.
   static constexpr size_t kMaxEntries = size_t{kSlots} * kGroup;
 
-  // The table is reserved in full by its first use (an idle comm holds none), so that the data
-  // path never allocates however far the receiver runs ahead (allocation_test under load).
+  // The table is reserved in full by the matcher's first use, a waiting send or an early
+  // descriptor (an idle comm holds none), so that the data path never allocates whichever side
+  // runs ahead later (allocation_test under load).
   void addDescriptor(const Arrived& arrived) {
-    if (descriptors_.capacity() == 0) descriptors_.reserve(kMaxEntries);
+    reserveOnce();
     descriptors_.push_back(arrived);
   }
   // The descriptor for (tag, seq), removed from the table; false when it has not arrived.
@@ -62,6 +63,7 @@ class SendMatcher {
   }
   // A send waits for its descriptor in `link` until taken.
   void addWaiting(WaitLink* link, int32_t tag, uint16_t seq) {
+    reserveOnce();
     link->next = nullptr;
     link->tag = tag;
     link->seq = seq;
@@ -98,6 +100,9 @@ class SendMatcher {
   size_t capacity() const { return descriptors_.capacity(); }
 
  private:
+  void reserveOnce() {
+    if (descriptors_.capacity() == 0) descriptors_.reserve(kMaxEntries);
+  }
   // Few entries wait at a time: a linear search beats hashing.
   std::vector<Arrived> descriptors_;
   WaitLink* waitingHead_ = nullptr;

@@ -81,8 +81,11 @@ TEST(RdmaMatching, DescriptorAndSendMeetWhicheverComesFirst) {
 // ahead of its receiver: neither may allocate on the data path.
 TEST(RdmaMatching, TablesHoldTheirBoundWithoutGrowing) {
   SendMatcher matcher;
-  matcher.addDescriptor(Arrived{0, 0, 0, 0});
+  WaitLink first;
+  matcher.addWaiting(&first, 0, 0);  // a first waiting send reserves the descriptor table too
   const size_t reserved = matcher.capacity();
+  EXPECT_EQ(matcher.takeWaiting(0, 0), &first);
+  matcher.addDescriptor(Arrived{0, 0, 0, 0});
   for (size_t i = 1; i < SendMatcher::kMaxEntries; ++i) {
     matcher.addDescriptor(Arrived{2, static_cast<uint16_t>(i), 0, 0});
   }

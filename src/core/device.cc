@@ -240,6 +240,10 @@ abi::Result Device::post(Operation& op) {
 
 abi::Result Device::inject(const Operation& op) {
   if (!tx_.waiting.empty()) return abi::kInProgress;
+  if (op.type == OpType::kWrite) {
+    return postResult(op, rails_[op.rail]->injectWritedata(op.buffer, op.length, op.tag, op.peer,
+                                                           op.remoteAddress, op.remoteKey));
+  }
   return postResult(op, rail().tinject(op.buffer, op.length, op.peer, op.tag));
 }
 

@@ -119,7 +119,7 @@ class Device {
   void unqueue(Operation& op);
   // Asks the provider of `op`'s rail to cancel it (a completion, with FI_ECANCELED, follows).
   void cancel(Operation& op) { rails_[op.rail]->cancel(&op.context); }
-  // Sends `op` inline when it fits the provider's inject size and nothing waits in the retry
+  // Sends (or, for kWrite, writes) `op` inline when it fits the provider's inject size and nothing waits in the retry
   // queue: no completion will follow, the send is done on return. kInProgress: use post().
   abi::Result inject(const Operation& op);
   // Inject copies the buffer with the CPU: callers use it for host memory only.

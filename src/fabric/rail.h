@@ -75,6 +75,11 @@ class Rail {
                     uint64_t addr, uint64_t key, void* context) {
     return fi_writedata(ep_.get(), buf, len, desc, data, dest, addr, key, context);
   }
+  // The same without a completion: the provider copies the buffer before returning.
+  ssize_t injectWritedata(const void* buf, size_t len, uint64_t data, fi_addr_t dest, uint64_t addr,
+                          uint64_t key) {
+    return fi_inject_writedata(ep_.get(), buf, len, data, dest, addr, key);
+  }
   // Bytes of immediate data the provider carries (EFA 4, shm and tcp 8).
   size_t cqDataSize() const {
     return info_->domain_attr != nullptr ? info_->domain_attr->cq_data_size : 0;

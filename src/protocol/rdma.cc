@@ -319,6 +319,9 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
   char* base = static_cast<char*>(first.buffer);
   request.count = static_cast<uint8_t>(count);
   request.remaining = 0;
+  // Inject copies the bytes with the CPU (EFA emulates it so): host memory only.
+  bool hostBuffer = handle == nullptr || handle->type == memory::MemType::kHost;
+  bool inject = count == 1 && total > 0 && total <= device.injectLimit() && hostBuffer;
   for (uint32_t i = 0; i < count; ++i) {
     core::Operation& op = request.ops[i];
     size_t rail = firstRail + i;
@@ -336,6 +339,22 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
     op.remoteKey = buffer.keys[rail];
     op.tag = rdma::encodeData(comm.remoteId(), arrived.slot, arrived.index, segments,
                               withLength ? static_cast<uint32_t>(segment) : 0);
+    if (inject) {
+      // A small message goes inline: no completion to wait for, the send is done already.
+      abi::Result injected = device.inject(op);
+      if (injected == abi::kSuccess) {
+        op.transferred = total;
+        if (request.state == core::Request::State::kActive) {
+          request.state = core::Request::State::kDone;
+        }
+        return;
+      }
+      if (injected != abi::kInProgress) {
+        request.state = core::Request::State::kFailed;
+        request.error = injected;
+        return;
+      }
+    }
     abi::Result result = device.post(op);
     if (result != abi::kSuccess) {
       // The shares posted finish on their own; the request reports the failure.

@@ -454,7 +454,13 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
                            core::MemoryHandle* const* handles) {
   RecvState& state = recvState(comm);
   uint32_t slot = state.freeSlot(comm);
-  if (slot == rdma::kSlots) return abi::kInProgress;
+  if (slot == rdma::kSlots) {
+    // A slot comes back once its descriptor write's completion is read: NCCL may be retrying
+    // irecv alone (and providers may hold completions back), so read them here too.
+    if (comm.device().progress() != abi::kSuccess) return abi::kInProgress;  // logged there
+    slot = state.freeSlot(comm);
+    if (slot == rdma::kSlots) return abi::kInProgress;
+  }
   request.slot = static_cast<uint16_t>(slot);
   core::Operation& write = state.write(slot);
   auto* entries =

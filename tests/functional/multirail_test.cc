@@ -141,27 +141,7 @@ TEST(Multirail, LargeMessagesAreStripedOverEveryRail) {
     dereg(peer, comm, mh);
     closeSend(peer, comm);
   };
-  auto receiver = [&](Peer& peer) {
-    void *listen, *comm;
-    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    HostBuffer buffer(largest + kTail);
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
-    for (size_t i = 0; i < kSizes.size(); ++i) {
-      SCOPED_TRACE("message " + std::to_string(i) + " of " + std::to_string(kSizes[i]) + " B");
-      fillSentinel(buffer.data(), kSizes[i] + kTail);
-      void* request;
-      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data(), kSizes[i], kTag, mh, &request));
-      int size = -1;
-      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
-      EXPECT_EQ(size, kSizes[i]);
-      EXPECT_TRUE(verifyPattern(buffer.data(), kSizes[i], i));
-      EXPECT_TRUE(verifySentinel(buffer.data() + kSizes[i], kTail));
-    }
-    dereg(peer, comm, mh);
-    closeRecv(peer, comm);
-    closeListen(peer, listen);
-  };
+  auto receiver = [&](Peer& peer) { receiveEachInTurn(peer, kSizes, kTag, kTail); };
   runTwoProcesses(sender, receiver, 180);
 }
 

@@ -2,9 +2,11 @@
 
 #include "support/patterns.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <thread>
 
 namespace nnf::test {
@@ -216,6 +218,29 @@ void transferOnFreshPair(Peer& peer, uint8_t* out, uint8_t* in, int size, uint64
   dereg(peer, recv, recvMh);
   closeSend(peer, send);
   closeRecv(peer, recv);
+  closeListen(peer, listen);
+}
+
+void receiveEachInTurn(Peer& peer, const std::vector<int>& sizes, int tag, size_t tail) {
+  void *listen, *comm;
+  ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+  const size_t largest = static_cast<size_t>(*std::max_element(sizes.begin(), sizes.end()));
+  HostBuffer buffer(largest + tail);
+  void* mh;
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE("message " + std::to_string(i) + " of " + std::to_string(sizes[i]) + " B");
+    fillSentinel(buffer.data(), sizes[i] + tail);
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data(), sizes[i], tag, mh, &request));
+    int size = -1;
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
+    EXPECT_EQ(size, sizes[i]);
+    EXPECT_TRUE(verifyPattern(buffer.data(), sizes[i], i));
+    EXPECT_TRUE(verifySentinel(buffer.data() + sizes[i], tail));
+  }
+  dereg(peer, comm, mh);
+  closeRecv(peer, comm);
   closeListen(peer, listen);
 }
 

@@ -95,4 +95,9 @@ void closeListen(Peer& peer, void* comm);
 // still works, and exercises every layer. The size and pattern received must be exact.
 void transferOnFreshPair(Peer& peer, uint8_t* out, uint8_t* in, int size, uint64_t message);
 
+// The receiving side of a two-process test that sends message i of `sizes` with pattern i and
+// `tag`, one at a time: accepts, receives each into one buffer, checks size, pattern and the
+// `tail` bytes after it (no stray write), then closes.
+void receiveEachInTurn(Peer& peer, const std::vector<int>& sizes, int tag, size_t tail);
+
 }  // namespace nnf::test

@@ -99,7 +99,7 @@ void DataComm::failPeer(const char* why, bool quiet) {
 }
 
 void DataComm::failUnposted(const char* why) {
-  peerFailed_ = true;  // isend and irecv refuse from now on
+  peerClosed_ = true;  // isend and irecv refuse from now on; the peer is not dead (peerGone)
   int failed = 0;
   forEachRequest([&failed](Request& request) {
     if (request.state != Request::State::kActive) return;
@@ -202,7 +202,7 @@ void DataComm::onError(Operation& op, int error, size_t overflow, const char* te
   }
   request->error = abi::kRemoteError;
   const char* what = opTypeName(op.type);
-  if (errorReported_ || peerFailed_) {
+  if (errorReported_ || refusesRequests()) {
     NNF_INFO(abi::kLogSubsysNet, "%s of %zu bytes on comm %u failed too: %s", what, op.length, id(),
              fi_strerror(error));
     return;

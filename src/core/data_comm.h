@@ -58,6 +58,8 @@ class DataComm : public Comm {
     checkStalledNow(request);
   }
   bool peerFailed() const { return peerFailed_; }
+  // isend and irecv refuse: the peer died, or (rdma) the receiver closed its end.
+  bool refusesRequests() const { return peerFailed_ || peerClosed_; }
 
   // Gives up a request whose posting failed: cancels what was posted; the request returns to
   // the pool once the provider has let go of it.
@@ -119,6 +121,9 @@ class DataComm : public Comm {
   uint32_t peerPid_ = 0;
   bool peerLocal_ = false;
   bool peerFailed_ = false;
+  // The peer closed its end but lives: unlike a death, what is in flight still completes, and a
+  // close waits for it (the provider still reads the buffers NCCL frees after our close).
+  bool peerClosed_ = false;
   bool errorReported_ = false;  // one WARN per comm for network errors; the rest go to INFO
   bool pingsDetectDeath_ = false;
   uint64_t peerCheckNs_ = 0;

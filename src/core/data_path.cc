@@ -98,7 +98,7 @@ abi::Result Plugin::isend(void* sendComm, void* data, size_t size, int tag, void
     return abi::kInvalidArgument;
   }
   std::lock_guard<fabric::DomainLock> lock(device.domainLock());
-  if (comm->peerFailed()) return abi::kRemoteError;
+  if (comm->refusesRequests()) return abi::kRemoteError;
   Request* request = comm->pool().acquire(1);
   if (request == nullptr) {
     *out = nullptr;  // all requests busy: NCCL retries
@@ -143,7 +143,7 @@ abi::Result Plugin::irecv(void* recvComm, int count, void* const* data, const si
   }
   Device& device = comm->device();
   std::lock_guard<fabric::DomainLock> lock(device.domainLock());
-  if (comm->peerFailed()) return abi::kRemoteError;
+  if (comm->refusesRequests()) return abi::kRemoteError;
   Request* request = comm->pool().acquire(static_cast<uint8_t>(count));
   if (request == nullptr) {
     *out = nullptr;

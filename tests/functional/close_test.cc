@@ -636,5 +636,87 @@ TEST(Close, RdmaSendsToAClosedReceiverFail) {
   runTwoProcesses(sender, receiver, 60);
 }
 
+// rdma: a receiver that closes while the sender's writes are still with the sender's provider is
+// alive: the sender's close waits for those writes. Its close notice used to count as the death
+// of the peer, so the close returned at once; the provider then read send buffers NCCL had freed
+// (tcp: EFAULT mid-stream, which broke the connection and lost the receiver's close ack).
+TEST(Close, RdmaSendCloseWaitsForItsWritesAfterTheReceiverClosed) {
+  if (testProtocol() != "rdma") {
+    GTEST_SKIP() << "sendrecv has no close notice: the receiver's close fails nothing";
+  }
+  constexpr int kSends = 16;
+  constexpr size_t kSize = 4 << 20;  // far more than the idle receiver's socket buffers hold
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    Mapping out(kSends * kSize);
+    ASSERT_NE(out.data, nullptr);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, out.data, out.size, &mh));
+    ASSERT_TRUE(peer.channel->wait());  // its receives are posted
+    std::vector<void*> requests(kSends, nullptr);
+    for (int i = 0; i < kSends; ++i) {
+      ASSERT_EQ(peer.net->isend(comm, out.data + i * kSize, kSize, kTag, mh, &requests[i]),
+                abi::kSuccess);
+      ASSERT_NE(requests[i], nullptr);
+    }
+    // A few polls read the descriptors and start the writes; most stay with the provider, as
+    // the receiver does not progress.
+    for (int p = 0; p < 20; ++p) {
+      for (void*& request : requests) {
+        if (request == nullptr) continue;
+        int done = 0;
+        ASSERT_EQ(peer.net->test(request, &done, nullptr), abi::kSuccess);
+        if (done) request = nullptr;
+      }
+    }
+    ASSERT_TRUE(peer.channel->signal());
+    // The receiver closes now; its notice waits in our provider until the close below reads it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    peer.resetWarnings();
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+    out.unmap();  // as NCCL frees its buffers after close
+    for (const std::string& text : peer.infoTexts()) {
+      EXPECT_EQ(text.find("after its peer died"), std::string::npos) << text;
+    }
+    ASSERT_TRUE(peer.channel->wait());  // the receiver's close ended
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    Mapping in(kSends * kSize);
+    ASSERT_NE(in.data, nullptr);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, in.data, in.size, &mh));
+    std::vector<void*> requests(kSends, nullptr);
+    for (int i = 0; i < kSends; ++i) {
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, in.data + i * kSize, static_cast<int>(kSize),
+                                       kTag, mh, &requests[i]));
+    }
+    // The descriptor writes leave with a few polls.
+    for (int p = 0; p < 20; ++p) {
+      int done = 0;
+      ASSERT_EQ(peer.net->test(requests[kSends - 1], &done, nullptr), abi::kSuccess);
+      ASSERT_EQ(done, 0);
+    }
+    ASSERT_TRUE(peer.channel->signal());
+    ASSERT_TRUE(peer.channel->wait());  // the sender's writes started
+    dereg(peer, comm, mh);
+    auto start = Clock::now();
+    closeRecv(peer, comm);
+    double ms = msSince(start);
+    in.unmap();
+    closeListen(peer, listen);
+    // The sender's acknowledgement follows its last write: well within the close bound (10 s).
+    EXPECT_LT(ms, 5000.0) << "the sender's close acknowledgement never came";
+    for (const std::string& text : peer.warningTexts()) {
+      EXPECT_EQ(text.find("still held by the provider"), std::string::npos) << text;
+    }
+    ASSERT_TRUE(peer.channel->signal());
+  };
+  runTwoProcesses(sender, receiver, 120);
+}
+
 }  // namespace
 }  // namespace nnf::test

@@ -12,7 +12,7 @@ ControlArena::~ControlArena() = default;
 
 bool ControlArena::acquire(ControlSlot* out) {
   if (free_.empty()) {
-    // Not zeroed: the pages of slots never used are never touched (rdma rings are 8 KiB a comm).
+    // Not zeroed: the pages of slots never used are never touched (rdma rings are 16 KiB a comm).
     Chunk chunk;
     chunk.memory.reset(new (std::nothrow) uint8_t[kSlotsPerChunk * slotSize_]);
     if (!chunk.memory) {

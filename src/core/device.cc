@@ -144,7 +144,7 @@ void Device::openRails(const DeviceSpec& spec) {
   }
   rails_.push_back(std::make_unique<fabric::Rail>(leader, 0, &settings));
   // The other rails carry rdma writes only; an option they refuse was refused by the leader
-  // too or matters for messages alone, so their answers are logged, not acted on.
+  // too or matters for messages alone, so their answers are not acted on.
   size_t wanted = spec.rdma ? std::min(spec.rails.size(), memory::kMaxRails) : 1;
   for (size_t r = 1; r < wanted; ++r) {
     std::vector<fabric::EndpointSetting> railSettings = settings;
@@ -154,7 +154,6 @@ void Device::openRails(const DeviceSpec& spec) {
     NNF_INFO(abi::kLogSubsysInit, "%s: data moves on the first %zu of its %zu NICs",
              properties_.name.c_str(), wanted, spec.rails.size());
   }
-  const bool readFlush = spec.rmaRead;
 
   std::vector<platform::OptionResult> results;
   for (size_t i = 0; i < options.size(); ++i) results.push_back({options[i], settings[i].result});
@@ -165,7 +164,7 @@ void Device::openRails(const DeviceSpec& spec) {
     NNF_INFO(abi::kLogSubsysInit, "%s: ptrSupport=%d (host memory only)", properties_.name.c_str(),
              properties_.ptrSupport);
   }
-  rmaRead_ = readFlush && !verdict.noReadFlush && !verdict.hostMemoryOnly;
+  rmaRead_ = spec.rmaRead && !verdict.noReadFlush && !verdict.hostMemoryOnly;
   orderingOk_ = !rules.unorderedDelivery || !verdict.protoSimple;
 }
 

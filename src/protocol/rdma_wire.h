@@ -21,6 +21,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "memory/region.h"
+
 namespace nnf::protocol::rdma {
 
 constexpr int kCommIdBits = 18;
@@ -76,7 +78,7 @@ inline Immediate decode(uint64_t data) {
 // the n-th send with tag t takes the n-th buffer with tag t, whatever order descriptors arrive in.
 // The buffer is registered on every rail of the receiver's device: one key each (the address is
 // the same on all of them, as the provider is).
-constexpr size_t kMaxRails = 4;
+constexpr size_t kMaxRails = memory::kMaxRails;
 struct BufferDescriptor {
   uint64_t address;  // where the sender writes (the provider's addressing: virtual or offset)
   uint64_t size;     // bytes the buffer holds

@@ -6,12 +6,14 @@
 #include <stdexcept>
 
 #include "core/device_plan.h"
+#include "fabric/probe.h"
 #include "fabric/provider.h"
 #include "log/log.h"
 #include "memory/gdr_policy.h"
 #include "memory/region.h"
 #include "platform/dmabuf_probe.h"
 #include "platform/env_defaults.h"
+#include "platform/protocol_choice.h"
 #include "platform/provider_rules.h"
 
 namespace nnf::core {
@@ -53,11 +55,10 @@ abi::Result Plugin::init(abi::Logger logger) {
   bool wantHmem = cuda_->available() && gdrMode != memory::GdrMode::kOff;
 
   const std::string& protocolSetting = config_->string(config::Param::kProtocol);
-  // auto stays on sendrecv until the rdma protocol's abort path is proven (docs/architecture.md).
-  bool wantRma = protocolSetting == "rdma";
   fabric::ProviderChoice choice;
   try {
-    choice = fabric::selectProvider(config_->string(config::Param::kProvider), wantHmem, wantRma);
+    choice = fabric::selectProvider(config_->string(config::Param::kProvider), wantHmem,
+                                    platform::wantsRma(protocolSetting));
   } catch (const std::exception& error) {
     NNF_WARN("no usable network: %s; NCCL will fall back to its own transports", error.what());
     initResult_ = abi::kSystemError;
@@ -66,7 +67,23 @@ abi::Result Plugin::init(abi::Logger logger) {
   provider_ = choice.provider;
   NNF_INFO(abi::kLogSubsysInit, "provider %s: %s rules", provider_.c_str(),
            platform::familyName(platform::familyOf(provider_)));
-  if (protocolSetting == "rdma" && !choice.rma) {
+  const platform::ProviderRules& rules = platform::rulesFor(platform::familyOf(provider_));
+  bool writesEmulated = false;
+  if (choice.rma && rules.writesEmulatedOption != 0) {
+    // One NIC answers for all: the NICs of one instance are of one kind.
+    int probed =
+        fabric::probeEndpointBool(choice.domains.front().get(), platform::opt::kLevelEndpoint,
+                                  rules.writesEmulatedOption, &writesEmulated);
+    if (probed != 0) writesEmulated = true;  // an older provider that cannot say does not write
+    NNF_INFO(
+        abi::kLogSubsysInit, "provider %s: RMA writes %s", provider_.c_str(),
+        probed != 0
+            ? ("of unknown kind (" + fabric::errorText(probed) + "): taken as emulated").c_str()
+            : (writesEmulated ? "emulated in software" : "done by the device"));
+  }
+  platform::ProtocolDecision protocol =
+      platform::decideProtocol({protocolSetting, provider_, choice.rma, writesEmulated});
+  if (protocol.refused) {
     NNF_WARN(
         "NCCL_FABRIC_PROTOCOL=rdma, but provider %s offers no RMA writes with immediate data on "
         "every NIC; use sendrecv (or auto)",
@@ -74,12 +91,9 @@ abi::Result Plugin::init(abi::Logger logger) {
     initResult_ = abi::kInvalidUsage;
     return initResult_;
   }
-  bool rdma = choice.rma && wantRma;
+  bool rdma = protocol.rdma;
   NNF_INFO(abi::kLogSubsysInit, "protocol %s: %s", rdma ? "rdma" : "sendrecv",
-           rdma ? "NCCL_FABRIC_PROTOCOL=rdma, the provider offers RMA writes with immediate data"
-                : (protocolSetting == "sendrecv"
-                       ? "NCCL_FABRIC_PROTOCOL=sendrecv"
-                       : "NCCL_FABRIC_PROTOCOL=auto (rdma is opt-in for now)"));
+           protocol.reason.c_str());
   // The sendrecv protocol moves data on each device's leader NIC only; rdma on up to
   // kMaxRails of them (Device opens that many).
   const size_t carryingRails = rdma ? memory::kMaxRails : 1;

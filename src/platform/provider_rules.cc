@@ -20,6 +20,7 @@ static_assert(opt::kSharedMemoryPermitted == FI_OPT_SHARED_MEMORY_PERMITTED);
 #if NNF_HAVE_FI_OPT_EFA_IN_ORDER_ALIGNED_128
 static_assert(opt::kEfaSendRecvInOrderAligned128 == FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES);
 static_assert(opt::kEfaWriteInOrderAligned128 == FI_OPT_EFA_WRITE_IN_ORDER_ALIGNED_128_BYTES);
+static_assert(opt::kEfaEmulatedWrite == FI_OPT_EFA_EMULATED_WRITE);
 #endif
 
 namespace {
@@ -47,6 +48,7 @@ const ProviderRules kEfa{
     },
     /*unorderedDelivery=*/true,
     /*injectCopiesWithCpu=*/true,
+    /*writesEmulatedOption=*/opt::kEfaEmulatedWrite,
 };
 
 // Any other provider opened with FI_HMEM may call CUDA from inside its calls as well.

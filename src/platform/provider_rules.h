@@ -25,6 +25,7 @@ constexpr int kCudaApiPermitted = 10;
 constexpr int kSharedMemoryPermitted = 11;
 constexpr int kEfaBase = -(0xefa << 16);  // -FI_PROV_SPECIFIC_EFA
 constexpr int kEfaRnrRetry = kEfaBase;
+constexpr int kEfaEmulatedWrite = kEfaBase + 2;  // read only: writes done in software
 constexpr int kEfaSendRecvInOrderAligned128 = kEfaBase + 5;
 constexpr int kEfaWriteInOrderAligned128 = kEfaBase + 6;
 }  // namespace opt
@@ -69,6 +70,10 @@ struct ProviderRules {
   bool unorderedDelivery;
   // The provider copies injected bytes with the CPU (no descriptor): host memory only.
   bool injectCopiesWithCpu;
+  // A read-only bool endpoint option that is true where the provider emulates RMA writes in
+  // software (EFA without device RDMA write: p4d, or FI_EFA_USE_DEVICE_RDMA=0); auto then keeps
+  // sendrecv. 0: the provider has none, its writes count as real.
+  int writesEmulatedOption = 0;
 };
 
 const ProviderRules& rulesFor(Family family);

@@ -49,6 +49,7 @@ struct Config {
   int tagBits = 0;  // 0: FI_TAG_GENERIC
   bool dmabuf = false;
   int nics = 1;  // NNF_EFA_RULES_NICS: EFA devices presented per base domain, 1..kMaxNics
+  bool emulatedWrite = false;  // NNF_EFA_RULES_EMULATED_WRITE: getopt's FI_OPT_EFA_EMULATED_WRITE
   std::set<std::string> refuse;
 };
 constexpr int kMaxNics = 8;

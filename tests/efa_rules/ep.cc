@@ -182,8 +182,10 @@ int getopt(fid* f, int level, int optname, void* optval, size_t* optlen) {
       return put<bool>(options.write128 == 1, optval, optlen);
     case kOptEfaRnrRetry:
       return put<size_t>(options.rnrRetry, optval, optlen);
-    case kOptEfaEmulatedRead:
     case kOptEfaEmulatedWrite:
+      // What a p5's NIC says (device RDMA write), or a p4d's (NNF_EFA_RULES_EMULATED_WRITE=1).
+      return put<bool>(loadConfig().emulatedWrite, optval, optlen);
+    case kOptEfaEmulatedRead:
     case kOptEfaEmulatedAtomics:
       return put<bool>(true, optval, optlen);  // no device RDMA under us
     default:

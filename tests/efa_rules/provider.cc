@@ -22,6 +22,9 @@
 //                           (the name with one NIC) and "efa-<base domain>-rdm-<n>" for NIC n;
 //                           each NIC's domain opens its own base domain over the same base
 //                           interface, and registers memory with keys that name the NIC
+//   NNF_EFA_RULES_EMULATED_WRITE 1: FI_OPT_EFA_EMULATED_WRITE answers true, as on a NIC
+//                           without device RDMA write (p4d); default 0, as on a p5 (the bytes
+//                           move through the base's RMA either way)
 //   NNF_EFA_RULES_ADDRESSES directory where, with several NICs, endpoints publish which NIC
 //                           their address belongs to (default /tmp/efa-rules-addresses-<uid>;
 //                           addresses.cc)

@@ -21,25 +21,7 @@ TEST(Transfer, EverySizeFromEmptyTo256MiB) {
   // Odd sizes beside the powers of two catch tail handling in chunked paths.
   static const std::vector<int> kSizes = {
       0, 1, 7, 4096, 4097, 65536, 1 << 20, (1 << 20) + 3, 16 << 20, 256 << 20};
-  const size_t largest = static_cast<size_t>(*std::max_element(kSizes.begin(), kSizes.end()));
-  auto sender = [&](Peer& peer) {
-    void* comm;
-    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    // Allocated and registered once, like NCCL's buffers; each message uses a prefix.
-    HostBuffer buffer(largest);
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
-    for (size_t i = 0; i < kSizes.size(); ++i) {
-      SCOPED_TRACE("message " + std::to_string(i) + " of " + std::to_string(kSizes[i]) + " B");
-      fillPattern(buffer.data(), kSizes[i], i);
-      void* request;
-      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, buffer.data(), kSizes[i], kTag, mh, &request));
-      int size = -1;
-      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
-    }
-    dereg(peer, comm, mh);
-    closeSend(peer, comm);
-  };
+  auto sender = [&](Peer& peer) { sendEachInTurn(peer, kSizes, kTag); };
   auto receiver = [&](Peer& peer) { receiveEachInTurn(peer, kSizes, kTag, kTail); };
   runTwoProcesses(sender, receiver, 120);
 }

@@ -244,4 +244,22 @@ void receiveEachInTurn(Peer& peer, const std::vector<int>& sizes, int tag, size_
   closeListen(peer, listen);
 }
 
+void sendEachInTurn(Peer& peer, const std::vector<int>& sizes, int tag) {
+  void* comm;
+  ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+  // Allocated and registered once, like NCCL's buffers; each message uses a prefix.
+  HostBuffer buffer(static_cast<size_t>(*std::max_element(sizes.begin(), sizes.end())));
+  void* mh;
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE("message " + std::to_string(i) + " of " + std::to_string(sizes[i]) + " B");
+    fillPattern(buffer.data(), sizes[i], i);
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, buffer.data(), sizes[i], tag, mh, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+  }
+  dereg(peer, comm, mh);
+  closeSend(peer, comm);
+}
+
 }  // namespace nnf::test

@@ -99,5 +99,8 @@ void transferOnFreshPair(Peer& peer, uint8_t* out, uint8_t* in, int size, uint64
 // `tag`, one at a time: accepts, receives each into one buffer, checks size, pattern and the
 // `tail` bytes after it (no stray write), then closes.
 void receiveEachInTurn(Peer& peer, const std::vector<int>& sizes, int tag, size_t tail);
+// Its sending side: connects, then sends message i of `sizes` with pattern i and `tag` from one
+// registered buffer, waiting for each, then closes.
+void sendEachInTurn(Peer& peer, const std::vector<int>& sizes, int tag);
 
 }  // namespace nnf::test

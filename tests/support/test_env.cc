@@ -176,7 +176,10 @@ void useTestProvider(const std::string& value) {
   std::string protocol;
   int rails = 0;
   splitSuffixes(value, &protocol, &rails);
-  if (!protocol.empty()) setenv("NCCL_FABRIC_PROTOCOL", protocol.c_str(), 1);
+  // A plain provider runs sendrecv: auto would be rdma on all of ours (protocol_test checks
+  // that choice), and the suites cover each protocol by name. A value already set is kept: the
+  // children re-apply this after a test set its own.
+  setenv("NCCL_FABRIC_PROTOCOL", protocol.empty() ? "sendrecv" : protocol.c_str(), 0);
   if (rails > 0) setenv("NNF_TEST_RAILS", std::to_string(rails).c_str(), 1);
   if (provider != "efa" && testRails() > 1) {
     // Only the EFA-rules provider can present several NICs on one machine.

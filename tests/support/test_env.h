@@ -30,7 +30,9 @@ std::string sourceDir();
 //             FI_PROVIDER_PATH and chosen with NCCL_FABRIC_PROVIDER (FI_PROVIDER would hide the
 //             provider underneath), with the fake CUDA driver so GPU buffers take the GPU path,
 //             completions reordered, and every rule violation appended to efaRulesReport().
-// `provider` may name a protocol too: "shm+sendrecv" sets NCCL_FABRIC_PROTOCOL=sendrecv; and,
+// `provider` may name a protocol too: "shm+rdma" sets NCCL_FABRIC_PROTOCOL=rdma; without one,
+// sendrecv (auto would pick rdma on shm, tcp and the EFA-rules provider alike; protocol_test
+// checks that choice); a NCCL_FABRIC_PROTOCOL already set is kept either way; and,
 // on efa only, a rail count: "efa+rdma+2rails" (or NNF_TEST_RAILS=2 beside "efa+rdma") sets
 // NNF_TEST_RAILS=2, has the EFA-rules provider present two NICs (NNF_EFA_RULES_NICS=2) and
 // groups them into one plugin device (NCCL_FABRIC_RAILS=efa-lo-rdm,efa-lo-rdm-1; a value

@@ -11,6 +11,7 @@
 #include "platform/dmabuf_probe.h"
 #include "platform/endpoint_options.h"
 #include "platform/env_defaults.h"
+#include "platform/protocol_choice.h"
 #include "platform/provider_rules.h"
 
 namespace nnf::platform {
@@ -199,6 +200,64 @@ TEST(DmaBuf, UsedOnlyWhenEveryPartCanDoIt) {
     DmaBufDecision decision = decideDmaBuf(inputs);
     EXPECT_FALSE(decision.use) << c.reason;
     EXPECT_NE(decision.reason.find(c.reason), std::string::npos) << decision.reason;
+  }
+}
+
+}  // namespace
+}  // namespace nnf::platform
+
+namespace nnf::platform {
+namespace {
+
+ProtocolDecision decide(const std::string& setting, bool offersRma, bool emulated) {
+  return decideProtocol({setting, "efa", offersRma, emulated});
+}
+
+TEST(ProtocolChoice, AutoRunsRdmaWhereTheDeviceWrites) {
+  ProtocolDecision decision = decide("auto", true, false);
+  EXPECT_TRUE(decision.rdma);
+  EXPECT_FALSE(decision.refused);
+  EXPECT_NE(decision.reason.find("NCCL_FABRIC_PROTOCOL=auto"), std::string::npos);
+  EXPECT_NE(decision.reason.find("efa"), std::string::npos);
+}
+
+TEST(ProtocolChoice, AutoKeepsSendrecvWithoutWritesOrWithEmulatedOnes) {
+  for (auto [offers, emulated] : {std::pair{false, false}, {false, true}, {true, true}}) {
+    ProtocolDecision decision = decide("auto", offers, emulated);
+    EXPECT_FALSE(decision.rdma) << offers << emulated;
+    EXPECT_FALSE(decision.refused) << offers << emulated;
+    EXPECT_FALSE(decision.reason.empty());
+  }
+  EXPECT_NE(decide("auto", true, true).reason.find("emulates"), std::string::npos);
+  EXPECT_NE(decide("auto", false, false).reason.find("no RMA writes"), std::string::npos);
+}
+
+TEST(ProtocolChoice, RdmaAskedForRunsOnEmulatedWritesAndIsRefusedWithoutWrites) {
+  ProtocolDecision emulated = decide("rdma", true, true);
+  EXPECT_TRUE(emulated.rdma);
+  EXPECT_NE(emulated.reason.find("emulated"), std::string::npos);
+  EXPECT_TRUE(decide("rdma", true, false).rdma);
+  ProtocolDecision none = decide("rdma", false, false);
+  EXPECT_FALSE(none.rdma);
+  EXPECT_TRUE(none.refused);
+}
+
+TEST(ProtocolChoice, SendrecvAskedForIsSendrecvWhateverIsOffered) {
+  for (bool offers : {false, true}) {
+    ProtocolDecision decision = decide("sendrecv", offers, false);
+    EXPECT_FALSE(decision.rdma);
+    EXPECT_FALSE(decision.refused);
+  }
+  EXPECT_FALSE(wantsRma("sendrecv"));
+  EXPECT_TRUE(wantsRma("auto"));
+  EXPECT_TRUE(wantsRma("rdma"));
+}
+
+TEST(ProtocolChoice, OnlyEfaSaysWhetherItsWritesAreEmulated) {
+  EXPECT_EQ(rulesFor(Family::kEfa).writesEmulatedOption, opt::kEfaEmulatedWrite);
+  EXPECT_EQ(opt::kEfaEmulatedWrite, -(0xefa << 16) + 2);  // FI_OPT_EFA_EMULATED_WRITE
+  for (Family family : {Family::kShm, Family::kTcp, Family::kOther}) {
+    EXPECT_EQ(rulesFor(family).writesEmulatedOption, 0);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "core/clock.h"
@@ -267,6 +268,7 @@ void Device::retryQueued(Lane& lane) {
       lane.waiting.remove(*op);
       if (result != abi::kSuccess) {
         // The failure belongs to the operation's request; report it there.
+        noteRailFailure(op->rail, *op, static_cast<int>(-ret), "posting failed");
         op->owner->onError(*op, static_cast<int>(-ret), 0, "posting failed");
       }
     }
@@ -328,7 +330,7 @@ abi::Result Device::readRail(size_t index) {
     }
     if (count == -FI_EAGAIN) break;
     if (count == -FI_EAVAIL) {
-      dispatchError(rail);
+      dispatchError(index);
       continue;
     }
     NNF_WARN("reading the completion queue of device %d (NIC %s) failed: %s", index_,
@@ -339,7 +341,8 @@ abi::Result Device::readRail(size_t index) {
   return abi::kSuccess;
 }
 
-void Device::dispatchError(fabric::Rail& rail) {
+void Device::dispatchError(size_t railIndex) {
+  fabric::Rail& rail = *rails_[railIndex];
   fi_cq_err_entry entry;
   const char* text = nullptr;
   ssize_t ret = rail.readError(&entry, &text);
@@ -353,7 +356,23 @@ void Device::dispatchError(fabric::Rail& rail) {
   --laneOf(*op).posted;
   // shm in libfabric 1.17 reports a truncation as -FI_ETRUNC: errors are positive elsewhere.
   int error = entry.err < 0 ? -entry.err : entry.err;
+  noteRailFailure(railIndex, *op, error, text);
   op->owner->onError(*op, error, entry.olen, text);
+}
+
+void Device::noteRailFailure(size_t railIndex, const Operation& op, int error, const char* text) {
+  // Our own cancellations (closes) and a single-rail device's failures say nothing new.
+  if (rails_.size() < 2 || error == FI_ECANCELED) return;
+  if (railFailureReported_.size() < rails_.size()) railFailureReported_.resize(rails_.size());
+  if (railFailureReported_[railIndex]) return;
+  railFailureReported_[railIndex] = true;
+  bool detail = text != nullptr && *text != '\0' && strcmp(text, fi_strerror(error)) != 0;
+  NNF_WARN(
+      "device %d: rail %zu (NIC %s) failed a %zu-byte %s: %s%s%s%s; later failures on this rail "
+      "are reported by their comms only",
+      index_, railIndex, railIndex < railNames_.size() ? railNames_[railIndex].c_str() : "?",
+      op.length, opTypeName(op.type), fi_strerror(error), detail ? " (" : "", detail ? text : "",
+      detail ? ")" : "");
 }
 
 bool Device::startControl() {

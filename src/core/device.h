@@ -119,8 +119,9 @@ class Device {
   void unqueue(Operation& op);
   // Asks the provider of `op`'s rail to cancel it (a completion, with FI_ECANCELED, follows).
   void cancel(Operation& op) { rails_[op.rail]->cancel(&op.context); }
-  // Sends (or, for kWrite, writes) `op` inline when it fits the provider's inject size and nothing waits in the retry
-  // queue: no completion will follow, the send is done on return. kInProgress: use post().
+  // Sends (or, for kWrite, writes) `op` inline when it fits the provider's inject size and nothing
+  // waits in the retry queue: no completion will follow, the send is done on return. kInProgress:
+  // use post().
   abi::Result inject(const Operation& op);
   // Inject copies the buffer with the CPU: callers use it for host memory only.
   size_t injectLimit() const { return injectLimit_; }
@@ -163,7 +164,10 @@ class Device {
   // Posts the control receives before the first comm (not at init: NCCL_PROTO is settled by
   // then, and a device NCCL never uses posts nothing). False, logged, when they cannot be.
   bool startControl();
-  void dispatchError(fabric::Rail& rail);
+  void dispatchError(size_t railIndex);
+  // The first failure of an operation on one of several rails names that rail's NIC, once:
+  // comms report their own failures, but not which NIC of the device broke.
+  void noteRailFailure(size_t railIndex, const Operation& op, int error, const char* text);
   // Operations of one direction: posted count, the provider's limit, and those waiting.
   struct Lane {
     explicit Lane(const char* laneName) : name(laneName) {}
@@ -214,6 +218,7 @@ class Device {
   fi_addr_t selfAddress_ = FI_ADDR_UNSPEC;
   DeviceProperties properties_;
   std::vector<std::string> railNames_;
+  std::vector<bool> railFailureReported_;  // per rail (noteRailFailure)
   std::vector<std::string> gpus_;
   std::vector<fi_cq_tagged_entry> completions_;
   Lane rx_{"receive"};  // NOLINT: named lanes

@@ -26,6 +26,7 @@ Config loadConfig() {
   if (config.tagBits < 0 || config.tagBits >= 64) config.tagBits = 0;
   if (const char* v = env("NNF_EFA_RULES_DMABUF")) config.dmabuf = std::strcmp(v, "1") == 0;
   if (const char* v = env("NNF_EFA_RULES_NICS")) config.nics = std::atoi(v);
+  if (const char* v = env("NNF_EFA_RULES_FAIL_NIC")) config.failNic = std::atoi(v);
   if (const char* v = env("NNF_EFA_RULES_EMULATED_WRITE")) {
     config.emulatedWrite = std::strcmp(v, "1") == 0;
   }

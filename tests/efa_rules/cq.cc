@@ -126,10 +126,12 @@ ssize_t sread(fid_cq* f, void* buf, size_t count, const void* cond, int timeout)
 }
 
 const char* strError(fid_cq* f, int provErrno, const void* errData, char* buf, size_t len) {
-  if (isRuleErrno(provErrno)) {
+  if (isRuleErrno(provErrno) || provErrno == kFailedNicErrno) {
     static thread_local std::string text;
-    text = std::string("efa-rules: rule ") +
-           ruleName(static_cast<Rule>(provErrno - kProvErrnoBase)) + " violated";
+    text = provErrno == kFailedNicErrno
+               ? std::string("efa-rules: this NIC fails its writes (NNF_EFA_RULES_FAIL_NIC)")
+               : std::string("efa-rules: rule ") +
+                     ruleName(static_cast<Rule>(provErrno - kProvErrnoBase)) + " violated";
     if (buf != nullptr && len > 0) {
       std::snprintf(buf, len, "%s", text.c_str());
       return buf;
@@ -180,12 +182,12 @@ fi_ops_cq g_cqOps = makeCqOps();
 
 }  // namespace
 
-void Cq::pushError(void* context, uint64_t flags, int provErrno) {
+void Cq::pushError(void* context, uint64_t flags, int provErrno, int err) {
   std::lock_guard<std::mutex> guard(mutex);
   fi_cq_err_entry entry{};
   entry.op_context = context;
   entry.flags = flags;
-  entry.err = FI_EINVAL;
+  entry.err = err;
   entry.prov_errno = provErrno;
   synthetic.push_back(entry);
 }

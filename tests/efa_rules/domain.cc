@@ -93,6 +93,7 @@ int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* con
   ours->tagMask = tagMaskOf(info->ep_attr->mem_tag_format);
   ours->name = info->domain_attr->name != nullptr ? info->domain_attr->name : "";
   ours->nic = std::max(nicOf(info->domain_attr->name), 0);
+  ours->failsWrites = loadConfig().failNic == ours->nic;
   ours->traffic = trafficOf(ours->name);
   *domain = &ours->fid;
   return 0;

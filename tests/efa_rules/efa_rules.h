@@ -50,6 +50,7 @@ struct Config {
   bool dmabuf = false;
   int nics = 1;  // NNF_EFA_RULES_NICS: EFA devices presented per base domain, 1..kMaxNics
   bool emulatedWrite = false;  // NNF_EFA_RULES_EMULATED_WRITE: getopt's FI_OPT_EFA_EMULATED_WRITE
+  int failNic = -1;            // NNF_EFA_RULES_FAIL_NIC: every RMA write posted on this NIC fails
   std::set<std::string> refuse;
 };
 constexpr int kMaxNics = 8;
@@ -69,7 +70,8 @@ enum class Rule {
   kWrongDomain,
   kRemoteKeyDomain,
 };
-constexpr int kProvErrnoBase = 0xefa000;  // prov_errno of a violation: base + rule number
+constexpr int kProvErrnoBase = 0xefa000;   // prov_errno of a violation: base + rule number
+constexpr int kFailedNicErrno = 0xefa0ff;  // prov_errno of a write on NNF_EFA_RULES_FAIL_NIC
 const char* ruleName(Rule rule);
 // Appends the report line, prints to stderr and counts; returns the rule's prov_errno.
 int violation(Rule rule, const std::string& detail);
@@ -135,8 +137,9 @@ struct Domain {
   bool mrLocal = false;
   uint64_t baseMrMode = 0;  // keys and addresses follow EFA's mr_mode whatever the base's is
   uint64_t tagMask = ~0ULL;
-  int nic = 0;       // our NIC index, from our domain name
-  std::string name;  // our domain name
+  int nic = 0;               // our NIC index, from our domain name
+  bool failsWrites = false;  // NNF_EFA_RULES_FAIL_NIC names this NIC
+  std::string name;          // our domain name
   Traffic* traffic = nullptr;
 };
 int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* context);
@@ -168,7 +171,7 @@ struct Cq {
   std::vector<Pending> pending;
   std::vector<fi_cq_err_entry> synthetic;  // our error completions, FIFO
   bool baseError = false;                  // the base reported -FI_EAVAIL
-  void pushError(void* context, uint64_t flags, int provErrno);
+  void pushError(void* context, uint64_t flags, int provErrno, int err = FI_EINVAL);
 };
 int openCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** cq, void* context);
 

@@ -176,6 +176,17 @@ bool admit(Ep* ep, const Post& post, void** baseDesc, ssize_t* ret) {
     }
     return false;
   }
+  if (post.kind == Kind::kWrite && ep->domain->failsWrites) {
+    // A NIC whose link broke: its writes fail, the other NICs' carry on.
+    Cq* cq = ep->txCq;
+    if (post.inject || cq == nullptr) {
+      *ret = -FI_EIO;
+    } else {
+      cq->pushError(post.context, completionFlags(post), kFailedNicErrno, FI_EIO);
+      *ret = 0;
+    }
+    return false;
+  }
   for (size_t i = 0; i < post.count; ++i) {
     Mr* mr = post.desc != nullptr ? liveMr(post.desc[i]) : nullptr;
     baseDesc[i] = mr != nullptr ? fi_mr_desc(mr->base) : nullptr;

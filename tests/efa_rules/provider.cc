@@ -25,6 +25,8 @@
 //   NNF_EFA_RULES_EMULATED_WRITE 1: FI_OPT_EFA_EMULATED_WRITE answers true, as on a NIC
 //                           without device RDMA write (p4d); default 0, as on a p5 (the bytes
 //                           move through the base's RMA either way)
+//   NNF_EFA_RULES_FAIL_NIC  N: every RMA write posted on NIC N fails (error completion FI_EIO,
+//                           prov_errno 0xefa0ff; an inject returns -FI_EIO), as over a broken link
 //   NNF_EFA_RULES_ADDRESSES directory where, with several NICs, endpoints publish which NIC
 //                           their address belongs to (default /tmp/efa-rules-addresses-<uid>;
 //                           addresses.cc)

@@ -279,5 +279,65 @@ TEST(Multirail, GroupedReceivesGetTheirDataOverEveryRail) {
   runTwoProcesses(sender, receiver, 180);
 }
 
+// A NIC whose writes all fail (NNF_EFA_RULES_FAIL_NIC: a broken link): every message striped
+// over it fails at the sender, and the device names that NIC in one WARN however many fail,
+// while nothing names the healthy leader.
+TEST(Multirail, AFailingRailIsNamedOnceAndItsSendsFail) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  constexpr int kMessages = 3;
+  constexpr int kSize = 8 << 20;  // striped: a share on each rail
+  ScopedEnv env;
+  env.set("NNF_EFA_RULES_FAIL_NIC", "1");
+  const std::string broken = "rail 1 (NIC " + efaRulesDomainName(1) + ")";
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer buffer(kSize);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    for (int i = 0; i < kMessages; ++i) {
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, buffer.data(), kSize, kTag, mh, &request));
+      Outcome outcome = pollRequest(peer, request, nullptr);
+      EXPECT_FALSE(outcome.timedOut) << "message " << i;
+      EXPECT_NE(outcome.result, abi::kSuccess) << "message " << i << " went over a broken rail";
+    }
+    int named = 0, leader = 0;
+    for (const std::string& text : peer.warningTexts()) {
+      named += text.find(broken) != std::string::npos;
+      leader += text.find("rail 0 (NIC") != std::string::npos;
+    }
+    EXPECT_EQ(named, 1) << "the broken rail is named once, not per failure";
+    EXPECT_EQ(leader, 0) << "the healthy leader was blamed";
+    ASSERT_TRUE(peer.channel->signal());  // the receiver may close
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer buffer(size_t{kSize} * kMessages);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    std::vector<void*> requests(kMessages);
+    for (int i = 0; i < kMessages; ++i) {
+      ASSERT_NO_FATAL_FAILURE(
+          postRecv(peer, comm, buffer.data() + size_t{kSize} * i, kSize, kTag, mh, &requests[i]));
+    }
+    // The leader's shares land, the broken rail's never do: no receive may complete.
+    ASSERT_TRUE(peer.channel->wait());
+    for (int i = 0; i < kMessages; ++i) {
+      int done = 0;
+      EXPECT_NE(peer.net->test(requests[i], &done, nullptr) == abi::kSuccess && done, true)
+          << "receive " << i << " completed without its broken rail's share";
+    }
+    dereg(peer, comm, mh);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 120);
+}
+
 }  // namespace
 }  // namespace nnf::test

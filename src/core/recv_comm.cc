@@ -61,7 +61,9 @@ abi::Result RecvComm::start(const wire::ConnectMessage& request) {
 }
 
 void RecvComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) {
-  if (kind == wire::ControlKind::kClosedAck) device().protocol().onPeerClosedAck(*this);
+  if (kind == wire::ControlKind::kClosedAck) {
+    device().protocol().onPeerClosedAck(*this, data, length);
+  }
 }
 
 void RecvComm::onControlComplete(Operation& op, size_t length) {

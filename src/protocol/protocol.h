@@ -58,8 +58,9 @@ class Protocol {
   virtual abi::Result startRecv(core::RecvComm& comm, const ConnectInfo& info) {
     return abi::kSuccess;
   }
-  // A completion with remote CQ data and no posted operation (an RMA write of the peer).
-  virtual void onRemoteWrite(core::Device& device, uint64_t data, size_t length) {}
+  // A completion with remote CQ data and no posted operation (an RMA write of the peer), read
+  // from rail `rail`'s completion queue.
+  virtual void onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_t length) {}
   // A comm's own operation (not a request's) completed or failed: true when it was ours.
   virtual bool onOwnCompletion(core::DataComm& comm, core::Operation& op, int error) {
     return false;
@@ -77,7 +78,7 @@ class Protocol {
   // Control messages of the protocol: the receiver closed (at the send comm), and the sender's
   // answer that nothing more will be written (at the receive comm).
   virtual void onPeerClosed(core::DataComm& comm) {}
-  virtual void onPeerClosedAck(core::DataComm& comm) {}
+  virtual void onPeerClosedAck(core::DataComm& comm, const uint8_t* data, size_t length) {}
   // A write of one of the comm's requests completed or failed.
   virtual void onWriteDone(core::DataComm& comm) {}
   // A request of the comm failed or is given up: forget whatever refers to it.

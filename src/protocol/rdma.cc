@@ -53,7 +53,8 @@ struct SendState final : CommState {
   rdma::SendMatcher matcher;
   size_t nextRail = 0;  // the rail of the next message that goes whole on one
   core::Operation closedAck;
-  bool ackOwed = false;  // the receiver closed: answer once no write of ours is in flight
+  bool ackOwed = false;       // the receiver closed: answer once no write of ours is in flight
+  rdma::ClosedAck written{};  // writes with immediate data completed per rail (the answer says)
   bool warnedReleased = false;
   // The receiver said (kClosed) that it writes no more descriptors into the ring. Until then a
   // closed comm keeps its ring out of the arena: a new comm reusing it would read the old
@@ -95,6 +96,16 @@ struct RecvState final : CommState {
   core::Operation closeNotice;
   bool awaitingAck = false;  // closed with buffers described: the sender may still write
   bool senderDone = false;   // the sender said it writes nothing more (it closed, or we did)
+  // Writes of the sender's that landed here per rail, and how many it said it made (kClosedAck):
+  // until they match, its writes may still be on their way on some rail.
+  uint64_t landed[rdma::kMaxRails] = {};
+  rdma::ClosedAck announced{};
+  bool allLanded() const {
+    for (size_t r = 0; r < rdma::kMaxRails; ++r) {
+      if (landed[r] < announced.written[r]) return false;
+    }
+    return true;
+  }
   // Closed while descriptor writes were in flight: the close notice follows the last of them,
   // so that the sender may reuse its ring once the notice has come.
   bool noticeOwed = false;
@@ -343,6 +354,7 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
       // A small message goes inline: no completion to wait for, the send is done already.
       abi::Result injected = device.inject(op);
       if (injected == abi::kSuccess) {
+        ++state.written.written[rail];
         op.transferred = total;
         if (request.state == core::Request::State::kActive) {
           request.state = core::Request::State::kDone;
@@ -532,7 +544,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   return result;
 }
 
-void Rdma::onRemoteWrite(core::Device& device, uint64_t data, size_t length) {
+void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_t length) {
   rdma::Immediate imm = rdma::decode(data);
   core::Comm* comm = device.findComm(imm.commId);
   if (imm.kind == rdma::ImmKind::kDescriptors) {
@@ -566,6 +578,9 @@ void Rdma::onRemoteWrite(core::Device& device, uint64_t data, size_t length) {
   auto& receiver = static_cast<core::RecvComm&>(*comm);
   if (receiver.protocolState() == nullptr) return;
   RecvState& state = recvState(receiver);
+  if (rail < rdma::kMaxRails) ++state.landed[rail];
+  // The sender's last write has landed: a close waiting for it may end.
+  if (state.awaitingAck && state.senderDone && state.allLanded()) state.awaitingAck = false;
   core::Request* request = state.requestAt(imm.slot);
   uint64_t segmentBytes = device.immediateCarriesLength() ? imm.length : length;
   uint64_t total = 0;
@@ -608,6 +623,11 @@ bool Rdma::onOwnCompletion(core::DataComm& comm, core::Operation& op, int error)
 }
 
 bool Rdma::continueWrite(core::DataComm& comm, core::Operation& op) {
+  // Every write of a request that completes carried immediate data: the receiver counts it.
+  if (comm.kind() == core::Comm::Kind::kSend && comm.protocolState() != nullptr &&
+      op.rail < rdma::kMaxRails) {
+    ++sendState(comm).written.written[op.rail];
+  }
   if (op.ignore == 0 || op.request->state != core::Request::State::kActive) return false;
   op.transferred += op.length;
   op.buffer = static_cast<char*>(op.buffer) + op.length;
@@ -680,8 +700,14 @@ void Rdma::onClose(core::DataComm& comm) {
   }
   RecvState& state = recvState(comm);
   if (comm.remoteId() == 0 || state.closeNotice.inFlight || state.closeNotice.queued) return;
-  for (uint32_t slot = 0; slot < rdma::kSlots; ++slot) {
-    if (state.requestAt(slot) != nullptr && !state.senderDone) state.awaitingAck = true;
+  // Before the sender's answer, its writes may come into any buffer still described; after it,
+  // those it counted that have not landed yet are still on their way.
+  if (state.senderDone) {
+    state.awaitingAck = !state.allLanded();
+  } else {
+    for (uint32_t slot = 0; slot < rdma::kSlots; ++slot) {
+      if (state.requestAt(slot) != nullptr) state.awaitingAck = true;
+    }
   }
   // Descriptor writes cannot be cancelled: the notice follows the last one (onOwnCompletion),
   // so that nothing of ours lands in the sender's ring after it.
@@ -705,11 +731,18 @@ void Rdma::onPeerClosed(core::DataComm& comm) {
   onWriteDone(comm);
 }
 
-void Rdma::onPeerClosedAck(core::DataComm& comm) {
+void Rdma::onPeerClosedAck(core::DataComm& comm, const uint8_t* data, size_t length) {
   if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return;
   RecvState& state = recvState(comm);
-  state.awaitingAck = false;
   state.senderDone = true;
+  if (length >= sizeof(rdma::ClosedAck)) {
+    memcpy(&state.announced, data, sizeof(state.announced));
+  } else {
+    NNF_INFO(abi::kLogSubsysNet, "comm %u: the sender's close answer carries no write counts",
+             comm.id());
+    memcpy(state.announced.written, state.landed, sizeof(state.landed));
+  }
+  state.awaitingAck = state.awaitingAck && !state.allLanded();
 }
 
 void Rdma::onWriteDone(core::DataComm& comm) {
@@ -722,9 +755,10 @@ void Rdma::onWriteDone(core::DataComm& comm) {
   state.ackOwed = false;
   // Sent after our last write completed; the receiver's close waits for it (or for our death).
   uint8_t* buffer = state.ring->data + rdma::kNoticeOffset;
+  static_assert(sizeof(core::wire::ControlHeader) + sizeof(rdma::ClosedAck) <= rdma::kNoticeBytes);
   comm.device().controlChannel().send(state.closedAck, buffer, state.ring->desc, comm.peer(),
-                                      comm.remoteId(), core::wire::ControlKind::kClosedAck, nullptr,
-                                      0);
+                                      comm.remoteId(), core::wire::ControlKind::kClosedAck,
+                                      &state.written, sizeof(state.written));
 }
 
 }  // namespace nnf::protocol

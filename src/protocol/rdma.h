@@ -25,7 +25,7 @@ class Rdma final : public Protocol {
 
   abi::Result startSend(core::SendComm& comm, ConnectInfo* info) override;
   abi::Result startRecv(core::RecvComm& comm, const ConnectInfo& info) override;
-  void onRemoteWrite(core::Device& device, uint64_t data, size_t length) override;
+  void onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_t length) override;
   bool onOwnCompletion(core::DataComm& comm, core::Operation& op, int error) override;
   bool continueWrite(core::DataComm& comm, core::Operation& op) override;
   int ownInFlight(const core::DataComm& comm) const override;
@@ -34,7 +34,7 @@ class Rdma final : public Protocol {
   void onClose(core::DataComm& comm) override;
   int peerWritesPending(const core::DataComm& comm) const override;
   void onPeerClosed(core::DataComm& comm) override;
-  void onPeerClosedAck(core::DataComm& comm) override;
+  void onPeerClosedAck(core::DataComm& comm, const uint8_t* data, size_t length) override;
   void onWriteDone(core::DataComm& comm) override;
   void forget(core::DataComm& comm, core::Request& request) override;
 

@@ -102,6 +102,15 @@ constexpr size_t entryOffset(uint32_t slot) {
   return kNoticeBytes + size_t{slot} * kEntryBytes;
 }
 
+// The payload of kClosedAck: how many writes with immediate data of the sender's toward the
+// comm completed, per rail (injected ones counted when posted). The receiver's close waits until
+// as many have landed on each rail: on tcp a write completes once sent, and one on another rail
+// than the leader's acknowledgement may still be on its way.
+struct ClosedAck {
+  uint64_t written[kMaxRails];
+};
+static_assert(sizeof(ClosedAck) == 32);
+
 // Messages are cut into segments no longer than this, so that a length fits 32 bits.
 constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 31;
 // A striped message gives each rail a share rounded up to this (whole pages, and a multiple of

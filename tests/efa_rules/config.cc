@@ -27,6 +27,11 @@ Config loadConfig() {
   if (const char* v = env("NNF_EFA_RULES_DMABUF")) config.dmabuf = std::strcmp(v, "1") == 0;
   if (const char* v = env("NNF_EFA_RULES_NICS")) config.nics = std::atoi(v);
   if (const char* v = env("NNF_EFA_RULES_FAIL_NIC")) config.failNic = std::atoi(v);
+  if (const char* v = env("NNF_EFA_RULES_HOLD_NIC")) {
+    const char* colon = std::strchr(v, ':');
+    config.holdNic = std::atoi(v);
+    config.holdMs = colon != nullptr ? std::atoi(colon + 1) : 0;
+  }
   if (const char* v = env("NNF_EFA_RULES_EMULATED_WRITE")) {
     config.emulatedWrite = std::strcmp(v, "1") == 0;
   }

@@ -50,6 +50,13 @@ int drain(Cq* cq) {
     if (n < 0) return static_cast<int>(n);
     auto* bytes = reinterpret_cast<const char*>(batch);
     for (ssize_t i = 0; i < n; ++i) {
+      // A held write's completion was given when it was posted.
+      if (cq->domain != nullptr && cq->domain->holdMs > 0 &&
+          takeHeldCompletion(
+              cq->domain,
+              reinterpret_cast<const fi_cq_entry*>(bytes + i * cq->entrySize)->op_context)) {
+        continue;
+      }
       Pending item{};
       std::memcpy(&item.entry, bytes + i * cq->entrySize, cq->entrySize);
       item.source = sources[i];
@@ -61,6 +68,7 @@ int drain(Cq* cq) {
 
 ssize_t readFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* srcAddr) {
   Cq* cq = cqOf(f);
+  if (cq->domain != nullptr && cq->domain->holdMs > 0) releaseDueWrites(cq->domain);
   std::lock_guard<std::mutex> guard(cq->mutex);
   int ret = drain(cq);
   if (ret != 0) return ret;
@@ -190,6 +198,15 @@ void Cq::pushError(void* context, uint64_t flags, int provErrno, int err) {
   entry.err = err;
   entry.prov_errno = provErrno;
   synthetic.push_back(entry);
+}
+
+void Cq::pushSuccess(void* context, uint64_t flags) {
+  std::lock_guard<std::mutex> guard(mutex);
+  Pending item{};
+  item.entry.op_context = context;
+  item.entry.flags = flags;
+  item.source = FI_ADDR_NOTAVAIL;
+  pending.push_back(item);
 }
 
 int openCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** cq, void* context) {

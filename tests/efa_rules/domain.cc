@@ -10,6 +10,7 @@ namespace {
 int closeDomain(fid* f) {
   auto* domain = reinterpret_cast<Domain*>(f);
   writeStats();
+  dropHeldWrites(domain);
   int ret = domain->base != nullptr ? fi_close(&domain->base->fid) : 0;
   fi_freeinfo(domain->info);
   delete domain;
@@ -93,7 +94,8 @@ int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* con
   ours->tagMask = tagMaskOf(info->ep_attr->mem_tag_format);
   ours->name = info->domain_attr->name != nullptr ? info->domain_attr->name : "";
   ours->nic = std::max(nicOf(info->domain_attr->name), 0);
-  ours->failsWrites = loadConfig().failNic == ours->nic;
+  ours->failsWrites = config.failNic == ours->nic;
+  if (config.holdNic == ours->nic) ours->holdMs = config.holdMs;
   ours->traffic = trafficOf(ours->name);
   *domain = &ours->fid;
   return 0;

@@ -13,7 +13,9 @@
 #include <rdma/fi_tagged.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,6 +53,8 @@ struct Config {
   int nics = 1;  // NNF_EFA_RULES_NICS: EFA devices presented per base domain, 1..kMaxNics
   bool emulatedWrite = false;  // NNF_EFA_RULES_EMULATED_WRITE: getopt's FI_OPT_EFA_EMULATED_WRITE
   int failNic = -1;            // NNF_EFA_RULES_FAIL_NIC: every RMA write posted on this NIC fails
+  int holdNic = -1;  // NNF_EFA_RULES_HOLD_NIC=n:ms: writes on NIC n reach the target ms late
+  int holdMs = 0;
   std::set<std::string> refuse;
 };
 constexpr int kMaxNics = 8;
@@ -129,6 +133,20 @@ struct Fabric {
 };
 int openFabric(fi_fabric_attr* attr, fid_fabric** fabric, void* context);
 
+// A write held back (held.cc): posted to the base once due; its base completion is ours.
+struct HeldWrite {
+  fi_context2 context;  // the base completion's op_context
+  fid_ep* baseEp = nullptr;
+  fid_mr* mr = nullptr;  // the copy's registration with the base domain
+  std::vector<char> bytes;
+  uint64_t data = 0;
+  fi_addr_t dest = 0;
+  uint64_t addr = 0;
+  uint64_t key = 0;
+  std::chrono::steady_clock::time_point due;
+  bool posted = false;
+};
+
 struct Domain {
   fid_domain fid{};
   Fabric* fabric = nullptr;
@@ -139,7 +157,10 @@ struct Domain {
   uint64_t tagMask = ~0ULL;
   int nic = 0;               // our NIC index, from our domain name
   bool failsWrites = false;  // NNF_EFA_RULES_FAIL_NIC names this NIC
-  std::string name;          // our domain name
+  int holdMs = 0;            // NNF_EFA_RULES_HOLD_NIC names this NIC: its writes' delay
+  std::mutex heldMutex;
+  std::list<HeldWrite> held;  // held.cc
+  std::string name;           // our domain name
   Traffic* traffic = nullptr;
 };
 int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* context);
@@ -172,6 +193,7 @@ struct Cq {
   std::vector<fi_cq_err_entry> synthetic;  // our error completions, FIFO
   bool baseError = false;                  // the base reported -FI_EAVAIL
   void pushError(void* context, uint64_t flags, int provErrno, int err = FI_EINVAL);
+  void pushSuccess(void* context, uint64_t flags);  // a completion the base will not make
 };
 int openCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** cq, void* context);
 
@@ -221,6 +243,15 @@ struct Ep {
   std::string ownName;  // base address, for the shared-memory-read rule
 };
 int openEp(fid_domain* domain, fi_info* info, fid_ep** ep, void* context);
+
+// --- held writes (held.cc, NNF_EFA_RULES_HOLD_NIC). holdWrite copies a write whose address and
+// key are the base's already (false: it could not be held); releaseDueWrites posts those due;
+// takeHeldCompletion swallows a base completion of one (true when it was one).
+bool holdWrite(Ep* ep, const void* buf, size_t len, uint64_t data, fi_addr_t dest, uint64_t addr,
+               uint64_t key);
+void releaseDueWrites(Domain* domain);
+bool takeHeldCompletion(Domain* domain, void* context);
+void dropHeldWrites(Domain* domain);
 void installDataOps(Ep* ep);
 
 }  // namespace efa_rules

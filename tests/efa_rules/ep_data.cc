@@ -534,6 +534,11 @@ ssize_t rwritedata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t 
   post.rmaCount = 1;
   if (!admit(ep, post, bd, &ret)) return ret;
   baseRmaTarget(ep->domain, &addr, &key);
+  if (ep->domain->holdMs > 0 && ep->txCq != nullptr &&
+      holdWrite(ep, buf, len, data, dest, addr, key)) {
+    ep->txCq->pushSuccess(ctx, completionFlags(post));
+    return tally(ep, post, 0);
+  }
   return tally(ep, post, fi_writedata(ep->base, buf, len, bd[0], data, dest, addr, key, ctx));
 }
 ssize_t rinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
@@ -549,6 +554,9 @@ ssize_t rinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_ad
   post.rmaCount = 1;
   if (!admit(ep, post, bd, &ret)) return ret;
   baseRmaTarget(ep->domain, &addr, &key);
+  if (ep->domain->holdMs > 0 && holdWrite(ep, buf, len, data, dest, addr, key)) {
+    return tally(ep, post, 0);
+  }
   return tally(ep, post, fi_inject_writedata(ep->base, buf, len, data, dest, addr, key));
 }
 

@@ -27,6 +27,9 @@
 //                           move through the base's RMA either way)
 //   NNF_EFA_RULES_FAIL_NIC  N: every RMA write posted on NIC N fails (error completion FI_EIO,
 //                           prov_errno 0xefa0ff; an inject returns -FI_EIO), as over a broken link
+//   NNF_EFA_RULES_HOLD_NIC  n:ms: RMA writes with immediate data posted on NIC n complete at once
+//                           at the initiator and reach the target ms later (held.cc), as a write
+//                           that completes once sent (tcp) may still be on its way
 //   NNF_EFA_RULES_ADDRESSES directory where, with several NICs, endpoints publish which NIC
 //                           their address belongs to (default /tmp/efa-rules-addresses-<uid>;
 //                           addresses.cc)

@@ -718,5 +718,65 @@ TEST(Close, RdmaSendCloseWaitsForItsWritesAfterTheReceiverClosed) {
   runTwoProcesses(sender, receiver, 120);
 }
 
+// A write that completed at the sender may still be on its way to the receiver (tcp completes a
+// write once sent), on another rail than the leader where the sender's close answer travels.
+// The EFA-rules provider holds rail 1's writes back 400 ms (NNF_EFA_RULES_HOLD_NIC) while their
+// completions come at once: the receiver's close must not return before they landed, or NCCL
+// frees a buffer a write then lands in. The answer says how many writes each rail carried.
+TEST(Close, ARecvCloseWaitsForWritesStillOnTheirWayOnAnotherRail) {
+  if (testProtocol() != "rdma" || testRails() < 2) {
+    GTEST_SKIP() << "needs the rdma protocol over two rails (efa+rdma+2rails)";
+  }
+  constexpr int kSize = 8 << 20;  // striped: half on each rail
+  ScopedEnv env;
+  env.set("NNF_EFA_RULES_HOLD_NIC", "1:400");
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer out(kSize);
+    fillPattern(out.data(), kSize, 7);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, out.data(), out.size(), &mh));
+    ASSERT_TRUE(peer.channel->wait());  // the receive is posted
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, out.data(), kSize, kTag, mh, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));  // rail 1's share: still held
+    ASSERT_TRUE(peer.channel->signal());
+    {
+      // Answers the receiver's close and lets the held writes go when they are due.
+      Progressor progressor(peer);
+      ASSERT_TRUE(peer.channel->wait());  // the receiver closed
+    }
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer in(kSize);
+    fillSentinel(in.data(), kSize);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, in.data(), in.size(), &mh));
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, in.data(), kSize, kTag, mh, &request));
+    ASSERT_TRUE(peer.channel->signal());
+    {
+      // The leader's share must flow (tcp completes a write once the socket took it).
+      Progressor progressor(peer);
+      ASSERT_TRUE(peer.channel->wait());  // the send completed at the sender
+    }
+    auto start = Clock::now();
+    closeRecv(peer, comm);  // as an abort does, with the receive not done
+    double ms = msSince(start);
+    // Whatever the sender wrote is here by now: nothing lands after the close.
+    EXPECT_TRUE(verifyPattern(in.data(), kSize, 7))
+        << "the close returned after " << ms << " ms, before the other rail's writes landed";
+    dereg(peer, comm, mh);
+    closeListen(peer, listen);
+    ASSERT_TRUE(peer.channel->signal());
+  };
+  runTwoProcesses(sender, receiver, 120);
+}
+
 }  // namespace
 }  // namespace nnf::test

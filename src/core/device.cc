@@ -167,6 +167,7 @@ void Device::openRails(const DeviceSpec& spec) {
   }
   rmaRead_ = spec.rmaRead && !verdict.noReadFlush && !verdict.hostMemoryOnly;
   orderingOk_ = !rules.unorderedDelivery || !verdict.protoSimple;
+  deliversInOrder_ = !rules.unorderedDelivery;
 }
 
 Device::~Device() {

@@ -125,6 +125,9 @@ class Device {
   abi::Result inject(const Operation& op);
   // Inject copies the buffer with the CPU: callers use it for host memory only.
   size_t injectLimit() const { return injectLimit_; }
+  // The provider delivers one endpoint's operations to a peer in the order posted (shm, tcp):
+  // a later message cannot overtake an earlier write.
+  bool deliversInOrder() const { return deliversInOrder_; }
 
   // Creates a comm with a fresh id; the device owns it until destroyComm().
   template <typename CommType, typename... Args>
@@ -196,6 +199,7 @@ class Device {
   std::string provider_;
   bool localOnly_ = false;
   size_t injectLimit_ = 0;
+  bool deliversInOrder_ = false;
   fabric::DomainLock domainLock_;
   std::vector<std::unique_ptr<fabric::Rail>> rails_;
   std::unique_ptr<protocol::Protocol> protocol_;

@@ -536,6 +536,17 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   write.remoteAddress = state.ringAddress + rdma::entryOffset(slot);
   write.remoteKey = state.ringKey;
   write.tag = rdma::encodeDescriptors(comm.remoteId(), slot, static_cast<uint32_t>(count));
+  // Inline where nothing can overtake it (the close notice follows on the same endpoint): no
+  // completion to read, and the staging entry is free on return.
+  if (comm.device().deliversInOrder() && write.length <= comm.device().injectLimit()) {
+    abi::Result injected = comm.device().inject(write);
+    if (injected == abi::kSuccess) return abi::kSuccess;
+    if (injected != abi::kInProgress) {
+      state.release(slot);
+      request.remaining = 0;
+      return injected;
+    }
+  }
   abi::Result result = comm.device().post(write);
   if (result != abi::kSuccess) {
     state.release(slot);

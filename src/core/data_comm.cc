@@ -36,6 +36,24 @@ DataComm::DataComm(Device& device, Kind kind, uint32_t id, size_t requests, OpPo
   pingSend_.owner = this;
 }
 
+DataComm::~DataComm() {
+  // Operations dropped without completing (a dead peer's, or the device's teardown) still hold
+  // their registrations.
+  forEachRequest([this](Request& request) { releaseRegistration(request); });
+}
+
+void DataComm::holdRegistration(Request& request, MemoryHandle* handle) {
+  if (handle == nullptr || request.remaining == 0 || request.heldRegistration != nullptr) return;
+  beginUse(handle);
+  request.heldRegistration = handle;
+}
+
+void DataComm::releaseRegistration(Request& request) {
+  if (request.heldRegistration == nullptr) return;
+  endUse(request.heldRegistration);
+  request.heldRegistration = nullptr;
+}
+
 void DataComm::setPeerIdentity(uint32_t pid, uint64_t hostId) {
   peerPid_ = pid;
   peerLocal_ = hostId == wire::localHostId();
@@ -144,7 +162,10 @@ void DataComm::onComplete(Operation& op, size_t length) {
   } else {
     op.transferred = op.type == OpType::kSend ? op.length : length;
   }
-  if (--request->remaining == 0) finish(*request);
+  if (--request->remaining == 0) {
+    releaseRegistration(*request);
+    finish(*request);
+  }
   if (op.type == OpType::kWrite) device().protocol().onWriteDone(*this);
 }
 
@@ -175,7 +196,7 @@ void DataComm::onError(Operation& op, int error, size_t overflow, const char* te
       if (write) comm.device().protocol().onWriteDone(comm);
     }
   } writeDone{*this, op.type == OpType::kWrite};
-  --request->remaining;
+  if (--request->remaining == 0) releaseRegistration(*request);
   if (request->state != Request::State::kActive) {  // already failed: one WARN is enough
     if (request->remaining == 0) finish(*request);
     return;
@@ -226,6 +247,7 @@ void DataComm::abandon(Request& request) {
   }
   request.remaining = static_cast<uint8_t>(held);
   if (held == 0) {
+    releaseRegistration(request);
     poolOf(request).release(&request);
   } else {
     request.state = Request::State::kAbandoned;
@@ -236,7 +258,10 @@ int DataComm::inFlight() const {
   int count =
       controlInFlight() + (pingSend_.inFlight ? 1 : 0) + device().protocol().ownInFlight(*this);
   const_cast<DataComm*>(this)->forEachRequest([&count](const Request& request) {
-    for (int i = 0; i < request.count; ++i) count += request.ops[i].inFlight ? 1 : 0;
+    // Queued ones too: a closed comm keeps its sends and writes in the retry queue.
+    for (int i = 0; i < request.count; ++i) {
+      count += request.ops[i].inFlight || request.ops[i].queued ? 1 : 0;
+    }
   });
   return count;
 }
@@ -266,10 +291,16 @@ void DataComm::cancelInFlight() {
   cancel(pingSend_);
   forEachRequest([this](Request& request) {
     if (request.state == Request::State::kFree) return;
-    for (int i = 0; i < request.count; ++i) cancel(request.ops[i]);
+    for (int i = 0; i < request.count; ++i) {
+      Operation& op = request.ops[i];
+      // A send or write waiting for room at the provider still goes: the peer expects it (rdma:
+      // the receiver described its buffer), and the close waits for it as for one posted.
+      if (op.queued && (op.type == OpType::kSend || op.type == OpType::kWrite)) continue;
+      cancel(op);
+    }
   });
-  // After the requests: writes taken out of the retry queue above never complete, and the rdma
-  // sender's close acknowledgement waits only for those still with the provider.
+  // After the requests: the rdma sender's close acknowledgement waits for its writes, queued
+  // ones included.
   device().protocol().onClose(*this);
 }
 

@@ -38,6 +38,12 @@ class DataComm : public Comm {
   size_t rails() const { return rails_; }
   uint32_t remoteId() const { return remoteId_; }
 
+  ~DataComm() override;
+
+  // A send's operations went to the provider (or its queue): its registration stays valid until
+  // the last of them ends, whatever NCCL deregisters meanwhile (a closing comm keeps them going).
+  void holdRegistration(Request& request, MemoryHandle* handle);
+
   // A data operation finished: record its size and finish the request when it was the last.
   void onComplete(Operation& op, size_t length) override;
   void onError(Operation& op, int error, size_t overflow, const char* text) override;
@@ -86,6 +92,7 @@ class DataComm : public Comm {
   virtual void cancelControl() = 0;
 
   void finish(Request& request);
+  void releaseRegistration(Request& request);
   void forgetInProtocol(Request& request);
   void checkStalledNow(Request& request);
   static constexpr uint32_t kStallCheckInterval = 64;

@@ -70,8 +70,9 @@ abi::Result Plugin::deregMr(void* comm, void* handle) {
   {
     std::lock_guard<fabric::DomainLock> lock(mh->registry->deviceLock());
     mh->released = true;
-    // rdma receives a sender may still write: the key stays valid until they end.
-    deferMr = mh->describedRecvs > 0;
+    // Receives a sender may still write, writes and sends still going: the key and descriptor
+    // stay valid until they end.
+    deferMr = mh->activeUses > 0;
     mh->mrOwed = deferMr;
     keep = mh->waitingSends > 0 || deferMr;
   }

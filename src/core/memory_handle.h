@@ -26,11 +26,13 @@ struct MemoryHandle {
   // meanwhile (then they fail instead of writing): both under the device lock.
   uint32_t waitingSends = 0;
   bool released = false;
-  // rdma receive buffers of this registration that a sender may still write into (described,
-  // not yet completed, and the sender has not said it is done). Deregistered meanwhile, the
-  // registration stays until the last one ends (mrOwed): a key revoked under a live write makes
-  // shm drop the write without ever completing it at the sender.
-  uint32_t describedRecvs = 0;
+  // Uses of this registration that outlive NCCL's interest in them: rdma receive buffers a
+  // sender may still write into (described, not completed, the sender not done), and sends or
+  // writes still with the provider or in the device's retry queue (a closing comm keeps those
+  // going). Deregistered meanwhile, the registration stays until the last use ends (mrOwed): a
+  // key revoked under a live write makes shm drop it unfinished, and a queued write posted with
+  // a closed descriptor is refused by providers that check them (EFA).
+  uint32_t activeUses = 0;
   bool mrOwed = false;
 
   // The peer-visible address and key of `ptr` inside this registration (RMA).

@@ -37,8 +37,8 @@ class MemoryRegistry {
   abi::Result registerHost(void* data, size_t size, uint64_t access, MemoryHandle** out);
   // `keep`: sends still refer to the handle (they fail when they see it released): its
   // registration goes now, the object itself only with the registry.
-  // `deferMr`: rdma receives may still be written (MemoryHandle::describedRecvs): the
-  // registration goes later, through owe() and releaseOwed().
+  // `deferMr`: the provider or the peer may still use it (MemoryHandle::activeUses): the
+  // registration goes later, through endUse(), owe() and releaseOwed().
   abi::Result deregister(MemoryHandle* handle, bool keep = false, bool deferMr = false);
   // The deferred registration of `handle` may go now (device lock held: it is only queued).
   void owe(MemoryHandle* handle);
@@ -66,5 +66,17 @@ class MemoryRegistry {
   std::vector<std::unique_ptr<MemoryHandle>> kept_;
   std::vector<MemoryHandle*> owed_;  // under keptMutex_
 };
+
+// A use of `handle`'s registration that may outlive NCCL's deregistration begins or ends
+// (MemoryHandle::activeUses; device lock held). The last to end after a deregistration lets the
+// registration go: queued here, released by the next releaseOwed().
+inline void beginUse(MemoryHandle* handle) {
+  ++handle->activeUses;
+}
+inline void endUse(MemoryHandle* handle) {
+  if (--handle->activeUses > 0 || !handle->mrOwed) return;
+  handle->mrOwed = false;
+  handle->registry->owe(handle);
+}
 
 }  // namespace nnf::core

@@ -16,6 +16,7 @@
 namespace nnf::core {
 
 class DataComm;
+struct MemoryHandle;
 
 class RequestPool;
 
@@ -35,6 +36,9 @@ struct Request {
   DataComm* comm = nullptr;
   RequestPool* pool = nullptr;
   Operation* ops = nullptr;  // a block from the device's OpPool while not free
+  // A send's registration, held while its operations are with the provider or queued for it
+  // (MemoryHandle::activeUses); null otherwise.
+  MemoryHandle* heldRegistration = nullptr;
 };
 
 // A comm's requests: at most `capacity`, created in chunks as the comm first needs them (an idle
@@ -70,6 +74,7 @@ class RequestPool {
     request->remaining = count;
     request->error = abi::kSuccess;
     request->postedNs = 0;  // stamped by the first stall check: no clock read per message
+    request->heldRegistration = nullptr;
     return request;
   }
   void release(Request* request) {

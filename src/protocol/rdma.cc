@@ -66,9 +66,7 @@ struct SendState final : CommState {
 // A described receive buffer ended (landed, failed, or its comm went): NCCL's deregistration of
 // it, when it came meanwhile, takes effect now.
 void dropDescribed(core::MemoryHandle* handle) {
-  if (handle == nullptr || --handle->describedRecvs > 0 || !handle->mrOwed) return;
-  handle->mrOwed = false;
-  handle->registry->owe(handle);
+  if (handle != nullptr) core::endUse(handle);
 }
 
 // The receiver's side: the peer's ring, the descriptors being written from, and its buffers.
@@ -448,6 +446,7 @@ abi::Result Rdma::postSend(core::SendComm& comm, core::Request& request, void* d
     const auto* entries = reinterpret_cast<const BufferDescriptor*>(
         state.ring->data + rdma::entryOffset(arrived.slot));
     startWrite(comm, request, arrived, entries[arrived.index], handle);
+    comm.holdRegistration(request, handle);
     return request.state == core::Request::State::kFailed && request.error != abi::kInternalError
                ? request.error
                : abi::kSuccess;
@@ -522,7 +521,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   state.progress(slot).arm(static_cast<uint32_t>(count), sizes64);
   state.request(slot) = &request;
   for (int i = 0; i < count; ++i) {
-    if (described[i] != nullptr) ++described[i]->describedRecvs;
+    if (described[i] != nullptr) core::beginUse(described[i]);
     state.chunkOf(slot)->handles[slot % RecvState::kSlotsPerChunk][i] = described[i];
   }
   request.remaining = static_cast<uint8_t>(count);
@@ -578,6 +577,7 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
           request->ops[0].tag == waitKey(buffer.tag, buffer.seq)) {
         if (takeWaitingHandle(sender, *request, &handle)) {
           startWrite(sender, *request, arrived, buffer, handle);
+          sender.holdRegistration(*request, handle);
         }
       } else {
         state.matcher.addDescriptor(arrived);

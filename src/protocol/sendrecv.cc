@@ -49,7 +49,9 @@ abi::Result SendRecv::postSend(core::SendComm& comm, core::Request& request, voi
     }
     if (result != abi::kInProgress) return result;
   }
-  return device.post(op);
+  abi::Result result = device.post(op);
+  if (result == abi::kSuccess) comm.holdRegistration(request, handle);
+  return result;
 }
 
 abi::Result SendRecv::postRecv(core::RecvComm& comm, core::Request& request, int count,

@@ -110,6 +110,10 @@ struct RecvState final : CommState {
   uint64_t ringAddress = 0;
   uint64_t ringKey = 0;
   std::unique_ptr<Chunk> chunks[rdma::kSlots / kSlotsPerChunk];
+  // Bit s: slot s serves a request. Finding a free slot is then a bit scan, not a walk over
+  // every slot on every receive.
+  uint32_t taken = 0;
+  static_assert(rdma::kSlots == 32, "one bit per slot");
 
   Chunk* chunkOf(uint32_t slot) const { return chunks[slot / kSlotsPerChunk].get(); }
   core::Operation& write(uint32_t slot) {
@@ -127,27 +131,30 @@ struct RecvState final : CommState {
   // The lowest free slot whose last descriptor write has completed (allocating its chunk), or
   // kSlots when all are busy or memory ran out.
   uint32_t freeSlot(core::DataComm& comm) {
-    for (uint32_t c = 0; c < rdma::kSlots / kSlotsPerChunk; ++c) {
-      if (!chunks[c]) {
-        chunks[c].reset(new (std::nothrow) Chunk);
-        if (!chunks[c]) {
+    for (uint32_t candidates = ~taken; candidates != 0; candidates &= candidates - 1) {
+      uint32_t slot = static_cast<uint32_t>(__builtin_ctz(candidates));
+      std::unique_ptr<Chunk>& chunk = chunks[slot / kSlotsPerChunk];
+      if (!chunk) {
+        chunk.reset(new (std::nothrow) Chunk);
+        if (!chunk) {
           NNF_WARN("irecv: out of memory for the receive slots of comm %u", comm.id());
           return rdma::kSlots;
         }
-        for (core::Operation& op : chunks[c]->descriptorWrites) op.owner = &comm;
+        for (core::Operation& op : chunk->descriptorWrites) op.owner = &comm;
       }
-      for (uint32_t i = 0; i < kSlotsPerChunk; ++i) {
-        const core::Operation& op = chunks[c]->descriptorWrites[i];
-        if (chunks[c]->requests[i] == nullptr && !op.inFlight && !op.queued) {
-          return c * kSlotsPerChunk + i;
-        }
-      }
+      const core::Operation& op = write(slot);
+      if (!op.inFlight && !op.queued) return slot;
     }
     return rdma::kSlots;
+  }
+  void take(uint32_t slot, core::Request& serving) {
+    request(slot) = &serving;
+    taken |= 1u << slot;
   }
   void release(uint32_t slot) {
     progress(slot).disarm();
     request(slot) = nullptr;
+    taken &= ~(1u << slot);
     dropHandles(slot);
   }
   void dropHandles(uint32_t slot) {
@@ -519,7 +526,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     op.tag = core::tags::data(comm.id(), static_cast<uint32_t>(next), tags[i]);
   }
   state.progress(slot).arm(static_cast<uint32_t>(count), sizes64);
-  state.request(slot) = &request;
+  state.take(slot, request);
   for (int i = 0; i < count; ++i) {
     if (described[i] != nullptr) core::beginUse(described[i]);
     state.chunkOf(slot)->handles[slot % RecvState::kSlotsPerChunk][i] = described[i];
@@ -536,17 +543,12 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   write.remoteKey = state.ringKey;
   write.tag = rdma::encodeDescriptors(comm.remoteId(), slot, static_cast<uint32_t>(count));
   // Inline where nothing can overtake it (the close notice follows on the same endpoint): no
-  // completion to read, and the staging entry is free on return.
+  // completion to read, and the staging entry is free on return. Refused for room, it is posted.
+  abi::Result result = abi::kInProgress;
   if (comm.device().deliversInOrder() && write.length <= comm.device().injectLimit()) {
-    abi::Result injected = comm.device().inject(write);
-    if (injected == abi::kSuccess) return abi::kSuccess;
-    if (injected != abi::kInProgress) {
-      state.release(slot);
-      request.remaining = 0;
-      return injected;
-    }
+    result = comm.device().inject(write);
   }
-  abi::Result result = comm.device().post(write);
+  if (result == abi::kInProgress) result = comm.device().post(write);
   if (result != abi::kSuccess) {
     state.release(slot);
     request.remaining = 0;

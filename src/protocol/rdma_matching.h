@@ -115,16 +115,20 @@ enum class SegmentOutcome : uint8_t { kPending, kComplete, kTruncated, kInvalid 
 // Segment accounting of one grouped receive (a descriptor slot).
 class SlotProgress {
  public:
+  // Only the group's buffers are touched (every receive pays for this): those past it were
+  // disarmed when the slot was last released, or never armed.
   void arm(uint32_t count, const uint64_t* sizes) {
-    for (uint32_t i = 0; i < kGroup; ++i) {
+    count_ = static_cast<uint8_t>(count < kGroup ? count : kGroup);
+    for (uint32_t i = 0; i < count_; ++i) {
       Buffer& buffer = buffers_[i];
       buffer = Buffer{};
-      buffer.armed = i < count;
-      buffer.capacity = i < count ? sizes[i] : 0;
+      buffer.armed = true;
+      buffer.capacity = sizes[i];
     }
   }
   void disarm() {
-    for (Buffer& buffer : buffers_) buffer.armed = false;
+    for (uint32_t i = 0; i < count_; ++i) buffers_[i].armed = false;
+    count_ = 0;
   }
   // One segment of `length` bytes landed in buffer `index`; the message has `segments` of them
   // (0: a truncation notice). kComplete once all have; *total then holds the message's size.
@@ -157,6 +161,7 @@ class SlotProgress {
     bool armed = false;
   };
   Buffer buffers_[kGroup];
+  uint8_t count_ = 0;  // buffers armed by the last arm()
 };
 
 }  // namespace nnf::protocol::rdma

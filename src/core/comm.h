@@ -71,6 +71,9 @@ class Comm : public OperationOwner {
   // Closing: true once the peer is known to be gone (then nothing it sends can still arrive).
   // Checks now (the caller rate-limits): the pid on this host, else a ping whose failure tells.
   virtual bool peerGone() { return false; }
+  // The device is going: end every use of a memory registration the comm still holds, while
+  // the registry lives (the comm itself goes after the endpoint has closed).
+  virtual void releaseRegistrations() {}
   // A closing thread waits on this comm: the device must not free it yet.
   bool held() const { return held_; }
   void setHeld(bool held) { held_ = held; }

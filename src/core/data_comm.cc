@@ -48,6 +48,11 @@ void DataComm::holdRegistration(Request& request, MemoryHandle* handle) {
   request.heldRegistration = handle;
 }
 
+void DataComm::releaseRegistrations() {
+  forEachRequest([this](Request& request) { releaseRegistration(request); });
+  device().protocol().releaseRegistrations(*this);
+}
+
 void DataComm::releaseRegistration(Request& request) {
   if (request.heldRegistration == nullptr) return;
   endUse(request.heldRegistration);

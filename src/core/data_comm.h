@@ -43,6 +43,7 @@ class DataComm : public Comm {
   // A send's operations went to the provider (or its queue): its registration stays valid until
   // the last of them ends, whatever NCCL deregisters meanwhile (a closing comm keeps them going).
   void holdRegistration(Request& request, MemoryHandle* handle);
+  void releaseRegistrations() override;
 
   // A data operation finished: record its size and finish the request when it was the last.
   void onComplete(Operation& op, size_t length) override;

@@ -171,6 +171,8 @@ void Device::openRails(const DeviceSpec& spec) {
 }
 
 Device::~Device() {
+  // Registrations go before the domain, and the uses comms hold of them end first.
+  for (auto& entry : comms_) entry.second->releaseRegistrations();
   // Close the endpoint before the comms whose operations it may still reference.
   if (flushWordHandle_ != nullptr) memory_->deregister(flushWordHandle_);
   controlArena_->deregisterAll();
@@ -397,8 +399,12 @@ uint32_t Device::allocateId() {
 }
 
 Comm* Device::findComm(uint32_t id) {
+  // Completions come in runs for one comm: the last one found answers most lookups.
+  if (lastFound_ != nullptr && lastFound_->id() == id) return lastFound_;
   auto it = comms_.find(id);
-  return it == comms_.end() ? nullptr : it->second.get();
+  if (it == comms_.end()) return nullptr;
+  lastFound_ = it->second.get();
+  return lastFound_;
 }
 
 void Device::closeComm(Comm& comm, bool hold) {
@@ -419,6 +425,7 @@ void Device::releaseClosed(Comm& comm) {
 
 void Device::destroyComm(Comm& comm) {
   closing_.erase(std::remove(closing_.begin(), closing_.end(), &comm), closing_.end());
+  if (lastFound_ == &comm) lastFound_ = nullptr;
   comms_.erase(comm.id());
 }
 

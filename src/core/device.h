@@ -231,6 +231,7 @@ class Device {
   std::unique_ptr<OpPool> groupOps_;
   bool controlStarted_ = false;
   std::unordered_map<uint32_t, std::unique_ptr<Comm>> comms_;
+  Comm* lastFound_ = nullptr;  // findComm's last answer (cleared when that comm goes)
   std::vector<Comm*> closing_;
   size_t reapCursor_ = 0;  // where reapClosed() goes on
   uint32_t nextId_ = 1;

@@ -83,6 +83,8 @@ class Protocol {
   virtual void onWriteDone(core::DataComm& comm) {}
   // A request of the comm failed or is given up: forget whatever refers to it.
   virtual void forget(core::DataComm& comm, core::Request& request) {}
+  // The device is going: end the uses of memory registrations the comm's state holds.
+  virtual void releaseRegistrations(core::DataComm& comm) {}
 };
 
 }  // namespace nnf::protocol

@@ -152,15 +152,18 @@ struct RecvState final : CommState {
     taken |= 1u << slot;
   }
   void release(uint32_t slot) {
+    uint32_t described = progress(slot).groupSize();
     progress(slot).disarm();
     request(slot) = nullptr;
     taken &= ~(1u << slot);
-    dropHandles(slot);
+    dropHandles(slot, described);
   }
-  void dropHandles(uint32_t slot) {
-    for (core::MemoryHandle*& handle : chunkOf(slot)->handles[slot % kSlotsPerChunk]) {
-      dropDescribed(handle);
-      handle = nullptr;
+  // The registrations of the slot's first `count` buffers (set only for a group's buffers).
+  void dropHandles(uint32_t slot, uint32_t count = rdma::kGroup) {
+    core::MemoryHandle** handles = chunkOf(slot)->handles[slot % kSlotsPerChunk];
+    for (uint32_t i = 0; i < count; ++i) {
+      dropDescribed(handles[i]);
+      handles[i] = nullptr;
     }
   }
   // The slot whose descriptor write `op` is, or kSlots.
@@ -258,10 +261,10 @@ bool ringExposed(const core::DataComm& comm, SendState& state) {
 }
 
 // The part of a message one rail carries: `length` bytes from `offset`, in `segments` writes.
-struct Share {
-  uint64_t offset = 0;
-  uint64_t length = 0;
-  uint32_t segments = 0;
+struct Share {  // no initialisers: planShares fills those it uses (every send pays for them)
+  uint64_t offset;
+  uint64_t length;
+  uint32_t segments;
 };
 
 uint32_t segmentsOf(uint64_t length) {
@@ -669,6 +672,14 @@ void Rdma::forget(core::DataComm& comm, core::Request& request) {
   }
   RecvState& state = recvState(comm);
   if (state.requestAt(request.slot) == &request) state.release(request.slot);
+}
+
+void Rdma::releaseRegistrations(core::DataComm& comm) {
+  if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return;
+  RecvState& state = recvState(comm);
+  for (uint32_t slot = 0; slot < rdma::kSlots; ++slot) {
+    if (state.chunkOf(slot) != nullptr) state.dropHandles(slot);
+  }
 }
 
 int Rdma::ownInFlight(const core::DataComm& comm) const {

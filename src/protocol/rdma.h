@@ -37,6 +37,7 @@ class Rdma final : public Protocol {
   void onPeerClosedAck(core::DataComm& comm, const uint8_t* data, size_t length) override;
   void onWriteDone(core::DataComm& comm) override;
   void forget(core::DataComm& comm, core::Request& request) override;
+  void releaseRegistrations(core::DataComm& comm) override;
 
  private:
   bool warnedStray_ = false;  // one WARN for writes that name no receive

@@ -126,6 +126,8 @@ class SlotProgress {
       buffer.capacity = sizes[i];
     }
   }
+  // Buffers in the group of the last arm() (until disarm()).
+  uint32_t groupSize() const { return count_; }
   void disarm() {
     for (uint32_t i = 0; i < count_; ++i) buffers_[i].armed = false;
     count_ = 0;

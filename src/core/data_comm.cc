@@ -59,6 +59,16 @@ void DataComm::releaseRegistration(Request& request) {
   request.heldRegistration = nullptr;
 }
 
+bool DataComm::nextSequence(int tag, uint32_t* seq) {
+  int64_t next = sequences_.next(tag);
+  if (next < 0) {
+    NNF_WARN("comm %u carries more than %zu distinct NCCL tags", id(), sequences_.capacity());
+    return false;
+  }
+  *seq = static_cast<uint32_t>(next);
+  return true;
+}
+
 void DataComm::setPeerIdentity(uint32_t pid, uint64_t hostId) {
   peerPid_ = pid;
   peerLocal_ = hostId == wire::localHostId();

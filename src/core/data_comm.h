@@ -31,6 +31,9 @@ class DataComm : public Comm {
   // flush must never find the pool exhausted by receives.
   RequestPool& flushPool() { return flushPool_; }
   SequenceTable& sequences() { return sequences_; }
+  // The next sequence number of `tag` on this comm; false (with a WARN) when the comm already
+  // carries as many distinct tags as it can.
+  bool nextSequence(int tag, uint32_t* seq);
   fi_addr_t peer() const { return peer_; }
   // The peer on each rail both ends drive (a send comm learns them from the accept message;
   // rail 0 is peer()). Data may move on rails 0..rails()-1.

@@ -432,12 +432,8 @@ abi::Result Rdma::startRecv(core::RecvComm& comm, const ConnectInfo& info) {
 
 abi::Result Rdma::postSend(core::SendComm& comm, core::Request& request, void* data, size_t size,
                            int tag, core::MemoryHandle* handle) {
-  int64_t next = comm.sequences().next(tag);
-  if (next < 0) {
-    NNF_WARN("comm %u carries more than %zu distinct NCCL tags", comm.id(),
-             comm.sequences().capacity());
-    return abi::kInternalError;
-  }
+  uint32_t next;
+  if (!comm.nextSequence(tag, &next)) return abi::kInternalError;
   auto seq = static_cast<uint16_t>(next);
   core::Operation& op = request.ops[0];
   op.owner = &comm;
@@ -489,12 +485,8 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   uint64_t sizes64[rdma::kGroup];
   core::MemoryHandle* described[rdma::kGroup] = {};
   for (int i = 0; i < count; ++i) {
-    int64_t next = comm.sequences().next(tags[i]);
-    if (next < 0) {
-      NNF_WARN("comm %u carries more than %zu distinct NCCL tags", comm.id(),
-               comm.sequences().capacity());
-      return abi::kInternalError;
-    }
+    uint32_t next;
+    if (!comm.nextSequence(tags[i], &next)) return abi::kInternalError;
     core::MemoryHandle* handle = handles != nullptr ? handles[i] : nullptr;
     BufferDescriptor& entry = entries[i];
     if (handle != nullptr && handle->mr != nullptr) {
@@ -526,7 +518,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     op.buffer = data[i];
     op.length = sizes[i];
     op.transferred = 0;
-    op.tag = core::tags::data(comm.id(), static_cast<uint32_t>(next), tags[i]);
+    op.tag = core::tags::data(comm.id(), next, tags[i]);
   }
   state.progress(slot).arm(static_cast<uint32_t>(count), sizes64);
   state.take(slot, request);

@@ -5,28 +5,13 @@
 #include "core/recv_comm.h"
 #include "core/send_comm.h"
 #include "core/tags.h"
-#include "log/log.h"
 
 namespace nnf::protocol {
-namespace {
-
-bool nextSequence(core::DataComm& comm, int tag, uint32_t* seq) {
-  int64_t next = comm.sequences().next(tag);
-  if (next < 0) {
-    NNF_WARN("comm %u carries more than %zu distinct NCCL tags", comm.id(),
-             comm.sequences().capacity());
-    return false;
-  }
-  *seq = static_cast<uint32_t>(next);
-  return true;
-}
-
-}  // namespace
 
 abi::Result SendRecv::postSend(core::SendComm& comm, core::Request& request, void* data,
                                size_t size, int tag, core::MemoryHandle* handle) {
   uint32_t seq;
-  if (!nextSequence(comm, tag, &seq)) return abi::kInternalError;
+  if (!comm.nextSequence(tag, &seq)) return abi::kInternalError;
   core::Operation& op = request.ops[0];
   op.owner = &comm;
   op.type = core::OpType::kSend;
@@ -59,7 +44,7 @@ abi::Result SendRecv::postRecv(core::RecvComm& comm, core::Request& request, int
                                core::MemoryHandle* const* handles) {
   for (int i = 0; i < count; ++i) {
     uint32_t seq;
-    if (!nextSequence(comm, tags[i], &seq)) return abi::kInternalError;
+    if (!comm.nextSequence(tags[i], &seq)) return abi::kInternalError;
     core::Operation& op = request.ops[i];
     op.owner = &comm;
     op.type = core::OpType::kRecv;

@@ -115,10 +115,12 @@ enum class SegmentOutcome : uint8_t { kPending, kComplete, kTruncated, kInvalid 
 // Segment accounting of one grouped receive (a descriptor slot).
 class SlotProgress {
  public:
-  // Only the group's buffers are touched (every receive pays for this): those past it were
-  // disarmed when the slot was last released, or never armed.
+  // Only buffers of this group and of the last one are touched (every receive pays for this):
+  // those past both were disarmed before, or never armed.
   void arm(uint32_t count, const uint64_t* sizes) {
+    uint32_t previous = count_;
     count_ = static_cast<uint8_t>(count < kGroup ? count : kGroup);
+    for (uint32_t i = count_; i < previous; ++i) buffers_[i].armed = false;
     for (uint32_t i = 0; i < count_; ++i) {
       Buffer& buffer = buffers_[i];
       buffer = Buffer{};

@@ -123,6 +123,30 @@ TEST(RdmaMatching, SlotProgressRejectsWhatNoReceiveExpects) {
   EXPECT_EQ(slot.onSegment(1, 1, 0, &total), SegmentOutcome::kInvalid) << "disarmed";
 }
 
+// A slot re-armed for a smaller group, with or without a release between, takes nothing for the
+// buffers past it: arm() and disarm() touch only the buffers in use, not all eight.
+TEST(RdmaMatching, ASlotReArmedForFewerBuffersRejectsTheOthers) {
+  SlotProgress slot;
+  uint64_t total = 0;
+  uint64_t sizes[3] = {10, 20, 30};
+  slot.arm(3, sizes);
+  EXPECT_EQ(slot.groupSize(), 3u);
+  slot.arm(1, sizes);
+  EXPECT_EQ(slot.groupSize(), 1u);
+  EXPECT_EQ(slot.onSegment(1, 1, 5, &total), SegmentOutcome::kInvalid)
+      << "left from the group of 3";
+  EXPECT_EQ(slot.onSegment(2, 1, 5, &total), SegmentOutcome::kInvalid)
+      << "left from the group of 3";
+  EXPECT_EQ(slot.onSegment(0, 1, 10, &total), SegmentOutcome::kComplete);
+  slot.arm(2, sizes);
+  slot.disarm();
+  EXPECT_EQ(slot.groupSize(), 0u);
+  slot.arm(1, sizes);
+  EXPECT_EQ(slot.onSegment(1, 1, 5, &total), SegmentOutcome::kInvalid) << "released, then re-armed";
+  EXPECT_EQ(slot.onSegment(0, 1, 7, &total), SegmentOutcome::kComplete);
+  EXPECT_EQ(total, 7u);
+}
+
 // --- the fake transport ---
 
 struct Event {

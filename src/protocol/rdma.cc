@@ -277,6 +277,10 @@ uint32_t segmentsOf(uint64_t length) {
 // rail), else in page-aligned shares over every rail. Returns the number of shares.
 uint32_t planShares(uint64_t total, size_t rails, size_t stripeMin, Share* shares) {
   size_t ways = total >= stripeMin && total > 0 ? rails : 1;
+  if (ways == 1) {  // most messages: no division on the way
+    shares[0] = Share{0, total, segmentsOf(total)};
+    return 1;
+  }
   uint64_t share = (total + ways - 1) / ways;
   share = (share + rdma::kStripeAlign - 1) / rdma::kStripeAlign * rdma::kStripeAlign;
   uint32_t count = 0;
@@ -285,7 +289,6 @@ uint32_t planShares(uint64_t total, size_t rails, size_t stripeMin, Share* share
     part.offset = offset;
     part.length = std::min(share, total - offset);
     part.segments = segmentsOf(part.length);
-    if (ways == 1) break;
   }
   return count;
 }

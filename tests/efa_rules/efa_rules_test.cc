@@ -706,6 +706,15 @@ void nicsEnv(const std::string& base, int nics) {
   unlink(statsPath().c_str());
 }
 
+// NICs 0 and 1 of a two-NIC child, opened but not enabled (a test may bind first).
+void openTwoNics(const std::string& base, Node& nic0, Node& nic1) {
+  nicsEnv(base, 2);
+  Options second;
+  second.nic = 1;
+  nic0.open(Options{});
+  nic1.open(second);
+}
+
 // The last "<domain> <written> <sent> <pid>" line of each domain for this process.
 std::map<std::string, std::pair<uint64_t, uint64_t>> readStats() {
   std::map<std::string, std::pair<uint64_t, uint64_t>> traffic;
@@ -793,12 +802,8 @@ TEST_P(EfaRules, PresentsOneDomainPerNic) {
 // message between them, and nothing is reported when each uses its own NIC's descriptors.
 TEST_P(EfaRules, NicsMoveBytesWithTheirOwnDescriptors) {
   EXPECT_TRUE(runChildren(1, [&](int, int) {
-    nicsEnv(GetParam(), 2);
     Node nic0, nic1;
-    Options second;
-    second.nic = 1;
-    nic0.open(Options{});
-    nic1.open(second);
+    openTwoNics(GetParam(), nic0, nic1);
     REQUIRE(std::string(nic0.info->domain_attr->name) + "-1" == nic1.info->domain_attr->name);
     nic0.enable();
     nic1.enable();
@@ -828,12 +833,8 @@ TEST_P(EfaRules, NicsMoveBytesWithTheirOwnDescriptors) {
 // write), and NIC 1's AV and CQ bound to NIC 0's endpoint.
 TEST_P(EfaRules, DescriptorOfAnotherNicFailsThePost) {
   EXPECT_TRUE(runChildren(1, [&](int, int) {
-    nicsEnv(GetParam(), 2);
     Node nic0, nic1;
-    Options second;
-    second.nic = 1;
-    nic0.open(Options{});
-    nic1.open(second);
+    openTwoNics(GetParam(), nic0, nic1);
     // Binding another NIC's AV or CQ is refused before enable.
     fid_av* otherAv = nullptr;
     fi_av_attr avAttr{};
@@ -876,12 +877,8 @@ TEST_P(EfaRules, DescriptorOfAnotherNicFailsThePost) {
 // same RMA with the NIC 0 key goes through and lands.
 TEST_P(EfaRules, RemoteKeyOfAnotherNicFailsTheRma) {
   EXPECT_TRUE(runChildren(2, [&](int me, int fd) {
-    nicsEnv(GetParam(), 2);
     Node nic0, nic1;
-    Options second;
-    second.nic = 1;
-    nic0.open(Options{});
-    nic1.open(second);
+    openTwoNics(GetParam(), nic0, nic1);
     nic0.enable();
     nic1.enable();
     nic0.exchange(fd);  // NIC 0 to NIC 0: the rail the plugin would pair
@@ -945,12 +942,8 @@ TEST_P(EfaRules, RemoteKeyOfAnotherNicFailsTheRma) {
 // again (totals) when the domains close.
 TEST_P(EfaRules, CountsTrafficPerDomain) {
   EXPECT_TRUE(runChildren(1, [&](int, int) {
-    nicsEnv(GetParam(), 2);
     Node nic0, nic1;
-    Options second;
-    second.nic = 1;
-    nic0.open(Options{});
-    nic1.open(second);
+    openTwoNics(GetParam(), nic0, nic1);
     nic0.enable();
     nic1.enable();
     std::string name0 = nic0.info->domain_attr->name, name1 = nic1.info->domain_attr->name;

@@ -42,12 +42,6 @@ DataComm::~DataComm() {
   forEachRequest([this](Request& request) { releaseRegistration(request); });
 }
 
-void DataComm::holdRegistration(Request& request, MemoryHandle* handle) {
-  if (handle == nullptr || request.remaining == 0 || request.heldRegistration != nullptr) return;
-  beginUse(handle);
-  request.heldRegistration = handle;
-}
-
 void DataComm::releaseRegistrations() {
   forEachRequest([this](Request& request) { releaseRegistration(request); });
   device().protocol().releaseRegistrations(*this);

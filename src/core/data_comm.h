@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/comm.h"
+#include "core/memory_registry.h"
 #include "core/request.h"
 #include "core/sequence_table.h"
 #include "memory/region.h"
@@ -45,7 +46,12 @@ class DataComm : public Comm {
 
   // A send's operations went to the provider (or its queue): its registration stays valid until
   // the last of them ends, whatever NCCL deregisters meanwhile (a closing comm keeps them going).
-  void holdRegistration(Request& request, MemoryHandle* handle);
+  // Inline: every posted send and rdma write passes here.
+  void holdRegistration(Request& request, MemoryHandle* handle) {
+    if (handle == nullptr || request.remaining == 0 || request.heldRegistration != nullptr) return;
+    beginUse(handle);
+    request.heldRegistration = handle;
+  }
   void releaseRegistrations() override;
 
   // A data operation finished: record its size and finish the request when it was the last.

@@ -63,23 +63,13 @@ struct SendState final : CommState {
   uint64_t lingerUntilNs = 0;  // closed: the ring is given up (leaked) after this (0: never)
 };
 
-// A described receive buffer ended (landed, failed, or its comm went): NCCL's deregistration of
-// it, when it came meanwhile, takes effect now.
-void dropDescribed(core::MemoryHandle* handle) {
-  if (handle != nullptr) core::endUse(handle);
-}
-
 // The receiver's side: the peer's ring, the descriptors being written from, and its buffers.
 struct RecvState final : CommState {
   explicit RecvState(core::ControlArena& arena) : staging(arena) {}
   // The comm goes once its sender acknowledged the close, died, or the close gave up: the
   // registrations NCCL deregistered meanwhile go too (a late write then fails at the provider
   // instead of landing in memory NCCL freed).
-  ~RecvState() override {
-    for (uint32_t slot = 0; slot < rdma::kSlots; ++slot) {
-      if (chunkOf(slot) != nullptr) dropHandles(slot);
-    }
-  }
+  ~RecvState() override { dropAllHandles(); }
   // Descriptor slots come in chunks allocated as receives first need them: most comms keep a
   // few receives in flight, and an idle one holds none.
   static constexpr uint32_t kSlotsPerChunk = 8;
@@ -87,7 +77,7 @@ struct RecvState final : CommState {
     core::Operation descriptorWrites[kSlotsPerChunk];
     core::Request* requests[kSlotsPerChunk] = {};
     rdma::SlotProgress progress[kSlotsPerChunk];
-    // The registrations each slot's buffers were described with (see dropDescribed).
+    // The registrations each slot's buffers were described with (see dropHandles).
     core::MemoryHandle* handles[kSlotsPerChunk][rdma::kGroup] = {};
   };
   ArenaSlot staging;  // the close notice, then the entry of each slot (rdma::entryOffset)
@@ -158,12 +148,19 @@ struct RecvState final : CommState {
     taken &= ~(1u << slot);
     dropHandles(slot, described);
   }
-  // The registrations of the slot's first `count` buffers (set only for a group's buffers).
+  // The described buffers of the slot's first `count` (set only for a group's buffers) ended:
+  // landed, failed, or the comm went. NCCL's deregistration of one, when it came meanwhile,
+  // takes effect now.
   void dropHandles(uint32_t slot, uint32_t count = rdma::kGroup) {
     core::MemoryHandle** handles = chunkOf(slot)->handles[slot % kSlotsPerChunk];
     for (uint32_t i = 0; i < count; ++i) {
-      dropDescribed(handles[i]);
+      if (handles[i] != nullptr) core::endUse(handles[i]);
       handles[i] = nullptr;
+    }
+  }
+  void dropAllHandles() {
+    for (uint32_t slot = 0; slot < rdma::kSlots; ++slot) {
+      if (chunkOf(slot) != nullptr) dropHandles(slot);
     }
   }
   // The slot whose descriptor write `op` is, or kSlots.
@@ -671,10 +668,7 @@ void Rdma::forget(core::DataComm& comm, core::Request& request) {
 
 void Rdma::releaseRegistrations(core::DataComm& comm) {
   if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return;
-  RecvState& state = recvState(comm);
-  for (uint32_t slot = 0; slot < rdma::kSlots; ++slot) {
-    if (state.chunkOf(slot) != nullptr) state.dropHandles(slot);
-  }
+  recvState(comm).dropAllHandles();
 }
 
 int Rdma::ownInFlight(const core::DataComm& comm) const {

@@ -100,6 +100,7 @@ int nicOf(const char* ourDomainName);
 struct Traffic {
   std::atomic<uint64_t> written{0};  // RMA writes (fi_write*, fi_inject_write*)
   std::atomic<uint64_t> sent{0};     // msg and tagged sends
+  std::atomic<uint64_t> read{0};     // RMA reads (fi_read*)
 };
 Traffic* trafficOf(const std::string& domainName);
 void writeStats();

@@ -715,14 +715,14 @@ void openTwoNics(const std::string& base, Node& nic0, Node& nic1) {
   nic1.open(second);
 }
 
-// The last "<domain> <written> <sent> <pid>" line of each domain for this process.
+// The last "<domain> <written> <sent> <read> <pid>" line of each domain for this process.
 std::map<std::string, std::pair<uint64_t, uint64_t>> readStats() {
   std::map<std::string, std::pair<uint64_t, uint64_t>> traffic;
   std::ifstream in(statsPath());
   std::string domain;
-  uint64_t written = 0, sent = 0;
+  uint64_t written = 0, sent = 0, read = 0;
   long pid = 0;
-  while (in >> domain >> written >> sent >> pid) {
+  while (in >> domain >> written >> sent >> read >> pid) {
     if (pid == getpid()) traffic[domain] = {written, sent};
   }
   return traffic;

@@ -194,14 +194,16 @@ bool admit(Ep* ep, const Post& post, void** baseDesc, ssize_t* ret) {
   return true;
 }
 
-// Counts what a post the base took carries (sends and RMA writes) for its domain.
+// Counts what a post the base took carries (sends, RMA writes and reads) for its domain.
 ssize_t tally(Ep* ep, const Post& post, ssize_t ret) {
-  if (ret != 0 || post.recv || post.kind == Kind::kRead) return ret;
+  if (ret != 0 || post.recv) return ret;
   uint64_t bytes = 0;
   for (size_t i = 0; i < post.count; ++i) bytes += post.iov[i].iov_len;
   Traffic* traffic = ep->domain->traffic;
   if (post.kind == Kind::kWrite)
     traffic->written += bytes;
+  else if (post.kind == Kind::kRead)
+    traffic->read += bytes;
   else
     traffic->sent += bytes;
   return ret;

@@ -34,7 +34,7 @@
 //                           their address belongs to (default /tmp/efa-rules-addresses-<uid>;
 //                           addresses.cc)
 //   NNF_EFA_RULES_STATS     file to append per-domain traffic to: "<domain> <bytes written by
-//                           RMA> <bytes sent> <pid>" per domain name, totals so far, at domain
+//                           RMA> <bytes sent> <bytes read> <pid>" per domain name, totals so far, at domain
 //                           close, at exit and on nnf_efa_rules_write_stats() (stats.cc)
 //   NNF_EFA_RULES_REPORT    file to append one line "<rule> <detail>\n" per violation (read at
 //                           each violation)

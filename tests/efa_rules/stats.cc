@@ -1,8 +1,10 @@
-// Per-domain traffic: the bytes each of our domain names carried (RMA writes and sends, counted
-// when the base took the post), so that tests can tell which NICs moved a transfer's data.
+// Per-domain traffic: the bytes each of our domain names carried (RMA writes, sends and RMA
+// reads, counted when the base took the post), so that tests can tell which NICs moved a
+// transfer's data, and whether the NIC (not the CPU) filled GPU memory.
 //
 // NNF_EFA_RULES_STATS names the file; each write appends one line per domain name this process
-// used, "<domain> <bytes written by RMA> <bytes sent> <pid>", with the totals so far: a reader
+// used, "<domain> <bytes written by RMA> <bytes sent>
+// <bytes read by RMA> <pid>", with the totals so far: a reader
 // takes the last line of each (domain, pid). Written when a domain closes, at exit, and when a
 // test calls nnf_efa_rules_write_stats() (a process that leaves with _exit, as forked test
 // children do, writes nothing on its way out).
@@ -45,7 +47,8 @@ void writeStats() {
     std::lock_guard<std::mutex> guard(g_mutex);
     for (const auto& [name, traffic] : table()) {
       lines += name + " " + std::to_string(traffic->written.load()) + " " +
-               std::to_string(traffic->sent.load()) + " " + std::to_string(getpid()) + "\n";
+               std::to_string(traffic->sent.load()) + " " + std::to_string(traffic->read.load()) +
+               " " + std::to_string(getpid()) + "\n";
     }
   }
   if (lines.empty()) return;

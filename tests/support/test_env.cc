@@ -86,13 +86,14 @@ std::map<std::string, EfaRulesTraffic> readEfaRulesStats(const std::string& path
   std::string domain;
   EfaRulesTraffic traffic;
   long linePid = 0;
-  while (in >> domain >> traffic.written >> traffic.sent >> linePid) {
+  while (in >> domain >> traffic.written >> traffic.sent >> traffic.read >> linePid) {
     if (pid == 0 || linePid == pid) latest[{domain, linePid}] = traffic;
   }
   std::map<std::string, EfaRulesTraffic> sum;
   for (const auto& [key, value] : latest) {
     sum[key.first].written += value.written;
     sum[key.first].sent += value.sent;
+    sum[key.first].read += value.read;
   }
   return sum;
 }

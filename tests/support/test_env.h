@@ -53,6 +53,7 @@ bool writeEfaRulesStats();
 struct EfaRulesTraffic {
   uint64_t written = 0;  // bytes written by RMA
   uint64_t sent = 0;     // bytes sent (msg and tagged)
+  uint64_t read = 0;     // bytes read by RMA
 };
 // Per domain name: the latest totals of process `pid` (0: every process, summed).
 std::map<std::string, EfaRulesTraffic> readEfaRulesStats(const std::string& path, long pid = 0);

@@ -14,7 +14,7 @@ bool ControlArena::acquire(ControlSlot* out) {
   if (free_.empty()) {
     // Not zeroed: the pages of slots never used are never touched (rdma rings are 16 KiB a comm).
     Chunk chunk;
-    chunk.memory.reset(new (std::nothrow) uint8_t[kSlotsPerChunk * slotSize_]);
+    chunk.memory.reset(new (std::nothrow) uint8_t[slotsPerChunk_ * slotSize_]);
     if (!chunk.memory) {
       NNF_WARN("out of memory for connection set-up buffers");
       return false;
@@ -22,12 +22,12 @@ bool ControlArena::acquire(ControlSlot* out) {
     if (registrar_ != nullptr) {
       memory::Region region;
       region.base = chunk.memory.get();
-      region.length = kSlotsPerChunk * slotSize_;
+      region.length = slotsPerChunk_ * slotSize_;
       region.access = access_;
       // The registrar logs a refusal with the provider's error text.
       if (registrar_->registerLocked(region, &chunk.registration) != 0) return false;
     }
-    for (size_t i = kSlotsPerChunk; i-- > 0;) {
+    for (size_t i = slotsPerChunk_; i-- > 0;) {
       uint8_t* data = chunk.memory.get() + i * slotSize_;
       uint64_t remote = registrar_ != nullptr ? chunk.registration.remoteAddress(data) : 0;
       free_.push_back({data, chunk.registration.desc, remote, chunk.registration.key});

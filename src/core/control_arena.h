@@ -28,9 +28,13 @@ struct ControlSlot {
 class ControlArena {
  public:
   // `registrar` null: the provider takes host buffers without descriptors, nothing is registered.
+  // `slotsPerChunk`: slots registered at once (fewer for large slots: EFA pins what it registers).
   explicit ControlArena(memory::FabricRegistrar* registrar, size_t slotSize = ControlSlot::kSize,
-                        uint64_t access = FI_SEND | FI_RECV)
-      : registrar_(registrar), slotSize_(slotSize), access_(access) {}
+                        uint64_t access = FI_SEND | FI_RECV, size_t slotsPerChunk = 256)
+      : registrar_(registrar),
+        slotSize_(slotSize),
+        access_(access),
+        slotsPerChunk_(slotsPerChunk) {}
   ~ControlArena();
   ControlArena(const ControlArena&) = delete;
   ControlArena& operator=(const ControlArena&) = delete;
@@ -43,7 +47,6 @@ class ControlArena {
   void deregisterAll();
 
  private:
-  static constexpr size_t kSlotsPerChunk = 256;
   struct Chunk {
     std::unique_ptr<uint8_t[]> memory;
     memory::Registration registration;
@@ -51,6 +54,7 @@ class ControlArena {
   memory::FabricRegistrar* registrar_;
   size_t slotSize_;
   uint64_t access_;
+  size_t slotsPerChunk_;
   std::vector<Chunk> chunks_;
   std::vector<ControlSlot> free_;
 };

@@ -168,6 +168,8 @@ void DataComm::onComplete(Operation& op, size_t length) {
   if (op.type == OpType::kWrite) {
     if (device().protocol().continueWrite(*this, op)) return;  // the next segment is posted
     op.transferred += op.length;
+  } else if (op.type == OpType::kRead && device().protocol().onRequestRead(*this, op, 0)) {
+    // sized by the protocol
   } else {
     op.transferred = op.type == OpType::kSend ? op.length : length;
   }
@@ -205,6 +207,7 @@ void DataComm::onError(Operation& op, int error, size_t overflow, const char* te
       if (write) comm.device().protocol().onWriteDone(comm);
     }
   } writeDone{*this, op.type == OpType::kWrite};
+  if (op.type == OpType::kRead) device().protocol().onRequestRead(*this, op, error);
   if (--request->remaining == 0) releaseRegistration(*request);
   if (request->state != Request::State::kActive) {  // already failed: one WARN is enough
     if (request->remaining == 0) finish(*request);

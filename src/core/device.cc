@@ -12,6 +12,7 @@
 #include "platform/endpoint_options.h"
 #include "platform/provider_rules.h"
 #include "protocol/rdma.h"
+#include "protocol/rdma_eager.h"
 #include "protocol/rdma_wire.h"
 #include "protocol/sendrecv.h"
 
@@ -57,6 +58,7 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
     protocol_ = std::make_unique<protocol::SendRecv>();
   }
   injectLimit_ = config.flag(config::Param::kInject) ? rail().injectSize() : 0;
+  injectScratch_.resize(injectLimit_);
   completions_.resize(static_cast<size_t>(config.integer(config::Param::kCqReadCount)));
 
   cuda_ = spec.cuda;
@@ -99,6 +101,7 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
       *dataRegistrar, domainLock_, memory::MrCacheOptions::fromConfig(config), cuda_,
       properties_.ptrSupport, rmaRead_ ? FI_REMOTE_READ : 0, rail().needsLocalRegistration(),
       spec.rdma ? FI_WRITE | FI_REMOTE_WRITE : 0);
+  if (spec.rdma) setUpEager(config);
   if (rmaRead_) {
     // Flush reads land in this word: a read from our own endpoint orders after the receive's
     // data writes, which is what makes them visible to the GPU.
@@ -111,6 +114,36 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
       throw std::runtime_error("cannot insert our own address for GPUDirect flushes");
     }
   }
+}
+
+void Device::setUpEager(const config::Config& config) {
+  const platform::ProviderRules& rules = platform::rulesFor(platform::familyOf(provider_));
+  eagerMaxBytes_ = config.userSet(config::Param::kEagerMax)
+                       ? static_cast<size_t>(config.integer(config::Param::kEagerMax))
+                       : rules.eagerMaxBytes;
+  const fi_tx_attr* tx = rail().info()->tx_attr;
+  if (eagerMaxBytes_ > 0 && tx != nullptr && tx->rma_iov_limit != 0 && tx->iov_limit < 2) {
+    // The header and the message go as one write of two local buffers.
+    NNF_INFO(abi::kLogSubsysInit, "%s: no eager messages (the provider writes from one buffer)",
+             properties_.name.c_str());
+    eagerMaxBytes_ = 0;
+  }
+  if (eagerMaxBytes_ > 0 && (properties_.ptrSupport & abi::kPtrCuda) != 0 && !rmaRead_) {
+    // An eager message for a GPU buffer is copied out of its entry by a read from our own
+    // endpoint, which this device cannot do (the flush reads are off too).
+    NNF_INFO(abi::kLogSubsysInit,
+             "%s: no eager messages (GPU buffers could not be filled from bounce entries)",
+             properties_.name.c_str());
+    eagerMaxBytes_ = 0;
+  }
+  if (eagerMaxBytes_ == 0) return;
+  // Few areas a chunk: each is 16 entries (about 130 KiB at 8 KiB), and EFA pins what it
+  // registers. Remote reads: a GPU buffer's copy out of an entry is a read from our endpoint.
+  eagerArena_ = std::make_unique<ControlArena>(
+      registrar_.get(), protocol::rdma::bounceBytes(eagerMaxBytes_),
+      FI_WRITE | FI_REMOTE_WRITE | (rmaRead_ ? FI_REMOTE_READ : 0), /*slotsPerChunk=*/16);
+  NNF_INFO(abi::kLogSubsysInit, "%s: rdma messages up to %zu bytes go eagerly (%u entries a comm)",
+           properties_.name.c_str(), eagerMaxBytes_, protocol::rdma::kEagerEntries);
 }
 
 void Device::setLimits(const fi_info* leader, size_t ownReceives) {
@@ -177,6 +210,7 @@ Device::~Device() {
   if (flushWordHandle_ != nullptr) memory_->deregister(flushWordHandle_);
   controlArena_->deregisterAll();
   if (rdmaArena_) rdmaArena_->deregisterAll();
+  if (eagerArena_) eagerArena_->deregisterAll();
   memory_.reset();
   registrar_.reset();
   railSet_.reset();
@@ -208,6 +242,12 @@ abi::Result Device::postNow(Operation& op, ssize_t* ret) {
                        &op.context);
       break;
     case OpType::kWrite:
+      if (op.headerLength != 0) {
+        *ret =
+            rail.writedata2(op.header, op.headerLength, op.headerDesc, op.buffer, op.length,
+                            op.desc, op.tag, op.peer, op.remoteAddress, op.remoteKey, &op.context);
+        break;
+      }
       *ret = rail.writedata(op.buffer, op.length, op.desc, op.tag, op.peer, op.remoteAddress,
                             op.remoteKey, &op.context);
       break;

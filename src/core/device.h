@@ -103,6 +103,10 @@ class Device {
   ControlArena& controlArena() { return *controlArena_; }
   // The rdma protocol's descriptor rings (null under sendrecv).
   ControlArena* rdmaArena() { return rdmaArena_.get(); }
+  // rdma: the receive comms' bounce areas for eager messages (null when eager is off).
+  ControlArena* eagerArena() { return eagerArena_.get(); }
+  // rdma: the largest message sent eagerly (0: none; NCCL_FABRIC_EAGER_MAX or the provider's rule).
+  size_t eagerMaxBytes() const { return eagerMaxBytes_; }
   // rdma: messages from this size on are cut over every rail (NCCL_FABRIC_STRIPE_MIN).
   size_t stripeMinBytes() const { return stripeMinBytes_; }
   // True when the immediate data of a write has room for its length (see protocol/rdma_wire.h).
@@ -125,6 +129,9 @@ class Device {
   abi::Result inject(const Operation& op);
   // Inject copies the buffer with the CPU: callers use it for host memory only.
   size_t injectLimit() const { return injectLimit_; }
+  // injectLimit() bytes to gather a message in before injecting it (the provider copies it
+  // before inject returns, so one buffer serves every comm).
+  uint8_t* injectScratch() { return injectScratch_.data(); }
   // The provider delivers one endpoint's operations to a peer in the order posted (shm, tcp):
   // a later message cannot overtake an earlier write.
   bool deliversInOrder() const { return deliversInOrder_; }
@@ -187,6 +194,7 @@ class Device {
   void retryQueued(Lane& lane);
   void checkWaiting(Lane& lane);
   // `ownReceives`: the control and drain receives, which count in the receive lane too.
+  void setUpEager(const config::Config& config);
   void setLimits(const fi_info* leader, size_t ownReceives);
   void reapClosed();
   void destroyComm(Comm& comm);
@@ -212,6 +220,9 @@ class Device {
   std::unique_ptr<ControlArena> rdmaArena_;
   bool immediateLength_ = false;
   size_t stripeMinBytes_ = 0;
+  size_t eagerMaxBytes_ = 0;
+  std::vector<uint8_t> injectScratch_;
+  std::unique_ptr<ControlArena> eagerArena_;
   std::unique_ptr<DrainPool> drains_;
   bool orderingOk_ = true;
   const memory::CudaDriver* cuda_ = nullptr;

@@ -52,10 +52,11 @@ struct Operation {
   OperationOwner* owner = nullptr;
   Request* request = nullptr;  // null for connection set-up messages
   OpType type = OpType::kSend;
-  uint8_t index = 0;      // position in a grouped receive
-  uint8_t rail = 0;       // the device's rail (NIC) it is posted on: the leader unless rdma
-  bool inFlight = false;  // handed to the provider, completion pending
-  bool queued = false;    // waiting for a retry after -FI_EAGAIN
+  uint8_t index = 0;         // position in a grouped receive
+  uint8_t rail = 0;          // the device's rail (NIC) it is posted on: the leader unless rdma
+  bool inFlight = false;     // handed to the provider, completion pending
+  bool queued = false;       // waiting for a retry after -FI_EAGAIN
+  uint8_t headerLength = 0;  // kWrite: bytes of `header` written before `buffer` (0: none)
   void* buffer = nullptr;
   size_t length = 0;
   void* desc = nullptr;
@@ -64,7 +65,9 @@ struct Operation {
   uint64_t ignore = 0;         // kRecv: tag bits that need not match (drain receives)
   uint64_t remoteAddress = 0;  // kRead, kWrite: address and key at the peer
   uint64_t remoteKey = 0;
-  size_t transferred = 0;           // bytes moved, once completed (what test() reports)
+  size_t transferred = 0;  // bytes moved, once completed (what test() reports)
+  void* header = nullptr;  // kWrite with headerLength: registered, with headerDesc
+  void* headerDesc = nullptr;
   Operation* nextQueued = nullptr;  // OpQueue links
   Operation* prevQueued = nullptr;
 

@@ -38,6 +38,18 @@ class SequenceTable {
     }
   }
 
+  // The next sequence number of `tag` without taking it (0 for a tag never seen).
+  uint32_t peek(int32_t tag) const {
+    size_t mask = slots_.size() - 1;
+    for (size_t probe = 0, i = hash(tag) & mask; probe < slots_.size();
+         ++probe, i = (i + 1) & mask) {
+      const Slot& slot = slots_[i];
+      if (!slot.used) return 0;
+      if (slot.tag == tag) return slot.count;
+    }
+    return 0;
+  }
+
   size_t capacity() const { return capacity_; }
 
  private:

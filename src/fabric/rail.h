@@ -80,6 +80,25 @@ class Rail {
                           uint64_t key) {
     return fi_inject_writedata(ep_.get(), buf, len, data, dest, addr, key);
   }
+  // The same from two local buffers, `head` then `body` (the rdma eager path: its header, then
+  // the message). No inject variant: fi_writemsg with FI_INJECT still raises a completion.
+  ssize_t writedata2(const void* head, size_t headLen, void* headDesc, const void* body,
+                     size_t bodyLen, void* bodyDesc, uint64_t data, fi_addr_t dest, uint64_t addr,
+                     uint64_t key, void* context) {
+    iovec iov[2] = {{const_cast<void*>(head), headLen}, {const_cast<void*>(body), bodyLen}};
+    void* desc[2] = {headDesc, bodyDesc};
+    fi_rma_iov target{addr, headLen + bodyLen, key};
+    fi_msg_rma msg{};
+    msg.msg_iov = iov;
+    msg.desc = desc;
+    msg.iov_count = bodyLen > 0 ? 2 : 1;
+    msg.addr = dest;
+    msg.rma_iov = &target;
+    msg.rma_iov_count = 1;
+    msg.context = context;
+    msg.data = data;
+    return fi_writemsg(ep_.get(), &msg, FI_REMOTE_CQ_DATA | FI_COMPLETION);
+  }
   // Bytes of immediate data the provider carries (EFA 4, shm and tcp 8).
   size_t cqDataSize() const {
     return info_->domain_attr != nullptr ? info_->domain_attr->cq_data_size : 0;

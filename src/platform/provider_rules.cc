@@ -49,6 +49,7 @@ const ProviderRules kEfa{
     /*unorderedDelivery=*/true,
     /*injectCopiesWithCpu=*/true,
     /*writesEmulatedOption=*/opt::kEfaEmulatedWrite,
+    /*eagerMaxBytes=*/8192,
 };
 
 // Any other provider opened with FI_HMEM may call CUDA from inside its calls as well.
@@ -57,9 +58,11 @@ const std::vector<EndpointOption> kHmemOnly{
      Refusal::kHostMemoryOnly, "NCCL's proxy thread must not make CUDA calls inside the provider"},
 };
 
-const ProviderRules kShm{Family::kShm, kHmemOnly, {}, false, true};
-const ProviderRules kTcp{Family::kTcp, kHmemOnly, {}, false, true};
-const ProviderRules kOther{Family::kOther, kHmemOnly, {}, false, true};
+// An eager message costs the receiver a copy out of its bounce entry: worth it up to a few
+// pages, where waiting for the receive's descriptor costs more. Unknown providers never go eager.
+const ProviderRules kShm{Family::kShm, kHmemOnly, {}, false, true, 0, 8192};
+const ProviderRules kTcp{Family::kTcp, kHmemOnly, {}, false, true, 0, 8192};
+const ProviderRules kOther{Family::kOther, kHmemOnly, {}, false, true, 0, 0};
 
 bool applies(When when, const EndpointNeeds& needs) {
   switch (when) {

@@ -74,6 +74,9 @@ struct ProviderRules {
   // software (EFA without device RDMA write: p4d, or FI_EFA_USE_DEVICE_RDMA=0); auto then keeps
   // sendrecv. 0: the provider has none, its writes count as real.
   int writesEmulatedOption = 0;
+  // rdma protocol: messages up to this size may go eagerly into the receiver's bounce entries
+  // before their receive is posted (NCCL_FABRIC_EAGER_MAX overrides). 0: never.
+  size_t eagerMaxBytes = 0;
 };
 
 const ProviderRules& rulesFor(Family family);

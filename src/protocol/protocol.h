@@ -79,6 +79,9 @@ class Protocol {
   // answer that nothing more will be written (at the receive comm).
   virtual void onPeerClosed(core::DataComm& comm) {}
   virtual void onPeerClosedAck(core::DataComm& comm, const uint8_t* data, size_t length) {}
+  // A read of one of the comm's receive requests ended (`error` 0: completed): true when it was
+  // the protocol's (rdma: an eager message copied into GPU memory), its size then set.
+  virtual bool onRequestRead(core::DataComm& comm, core::Operation& op, int error) { return false; }
   // A write of one of the comm's requests completed or failed.
   virtual void onWriteDone(core::DataComm& comm) {}
   // A request of the comm failed or is given up: forget whatever refers to it.

@@ -14,6 +14,7 @@
 #include "core/tags.h"
 #include "log/log.h"
 #include "protocol/rdma_matching.h"
+#include "protocol/rdma_state.h"
 #include "protocol/rdma_wire.h"
 
 namespace nnf::protocol {
@@ -21,176 +22,12 @@ namespace {
 
 using rdma::Arrived;
 using rdma::BufferDescriptor;
+using rdma::recvState;
+using rdma::RecvState;
+using rdma::sendState;
+using rdma::SendState;
 static_assert(sizeof(rdma::WaitLink) <= sizeof(fi_context2) &&
               alignof(rdma::WaitLink) <= alignof(fi_context2));
-
-// A comm's slot of the device's rdma arena, handed back when the comm goes.
-class ArenaSlot {
- public:
-  explicit ArenaSlot(core::ControlArena& arena) : arena_(arena) {}
-  ~ArenaSlot() {
-    if (!leaked_) arena_.release(&slot_);
-  }
-  ArenaSlot(const ArenaSlot&) = delete;
-  ArenaSlot& operator=(const ArenaSlot&) = delete;
-  bool acquire() { return arena_.acquire(&slot_); }
-  const core::ControlSlot& operator*() const { return slot_; }
-  const core::ControlSlot* operator->() const { return &slot_; }
-  // A peer may still write into the slot: it is never handed out again (the arena keeps the
-  // memory until the device goes, after its endpoint is closed).
-  void leak() { leaked_ = true; }
-
- private:
-  core::ControlArena& arena_;
-  core::ControlSlot slot_;
-  bool leaked_ = false;
-};
-
-// The sender's side: the ring the receiver writes descriptors into, and the matching table.
-struct SendState final : CommState {
-  explicit SendState(core::ControlArena& arena) : ring(arena) {}
-  ArenaSlot ring;  // the receiver's descriptors, then our close acknowledgement
-  rdma::SendMatcher matcher;
-  size_t nextRail = 0;  // the rail of the next message that goes whole on one
-  core::Operation closedAck;
-  bool ackOwed = false;       // the receiver closed: answer once no write of ours is in flight
-  rdma::ClosedAck written{};  // writes with immediate data completed per rail (the answer says)
-  bool warnedReleased = false;
-  // The receiver said (kClosed) that it writes no more descriptors into the ring. Until then a
-  // closed comm keeps its ring out of the arena: a new comm reusing it would read the old
-  // receiver's late descriptors and write into its freed buffers.
-  bool receiverDone = false;
-  uint64_t lingerUntilNs = 0;  // closed: the ring is given up (leaked) after this (0: never)
-};
-
-// The receiver's side: the peer's ring, the descriptors being written from, and its buffers.
-struct RecvState final : CommState {
-  explicit RecvState(core::ControlArena& arena) : staging(arena) {}
-  // The comm goes once its sender acknowledged the close, died, or the close gave up: the
-  // registrations NCCL deregistered meanwhile go too (a late write then fails at the provider
-  // instead of landing in memory NCCL freed).
-  ~RecvState() override { dropAllHandles(); }
-  // Descriptor slots come in chunks allocated as receives first need them: most comms keep a
-  // few receives in flight, and an idle one holds none.
-  static constexpr uint32_t kSlotsPerChunk = 8;
-  struct Chunk {
-    core::Operation descriptorWrites[kSlotsPerChunk];
-    core::Request* requests[kSlotsPerChunk] = {};
-    rdma::SlotProgress progress[kSlotsPerChunk];
-    // The registrations each slot's buffers were described with (see dropHandles).
-    core::MemoryHandle* handles[kSlotsPerChunk][rdma::kGroup] = {};
-  };
-  ArenaSlot staging;  // the close notice, then the entry of each slot (rdma::entryOffset)
-  core::Operation closeNotice;
-  bool awaitingAck = false;  // closed with buffers described: the sender may still write
-  bool senderDone = false;   // the sender said it writes nothing more (it closed, or we did)
-  // Writes of the sender's that landed here per rail, and how many it said it made (kClosedAck):
-  // until they match, its writes may still be on their way on some rail.
-  uint64_t landed[rdma::kMaxRails] = {};
-  rdma::ClosedAck announced{};
-  bool allLanded() const {
-    for (size_t r = 0; r < rdma::kMaxRails; ++r) {
-      if (landed[r] < announced.written[r]) return false;
-    }
-    return true;
-  }
-  // Closed while descriptor writes were in flight: the close notice follows the last of them,
-  // so that the sender may reuse its ring once the notice has come.
-  bool noticeOwed = false;
-  uint64_t ringAddress = 0;
-  uint64_t ringKey = 0;
-  std::unique_ptr<Chunk> chunks[rdma::kSlots / kSlotsPerChunk];
-  // Bit s: slot s serves a request. Finding a free slot is then a bit scan, not a walk over
-  // every slot on every receive.
-  uint32_t taken = 0;
-  static_assert(rdma::kSlots == 32, "one bit per slot");
-
-  Chunk* chunkOf(uint32_t slot) const { return chunks[slot / kSlotsPerChunk].get(); }
-  core::Operation& write(uint32_t slot) {
-    return chunkOf(slot)->descriptorWrites[slot % kSlotsPerChunk];
-  }
-  core::Request*& request(uint32_t slot) { return chunkOf(slot)->requests[slot % kSlotsPerChunk]; }
-  rdma::SlotProgress& progress(uint32_t slot) {
-    return chunkOf(slot)->progress[slot % kSlotsPerChunk];
-  }
-  // The request a slot serves, or null (also for slots of chunks never allocated).
-  core::Request* requestAt(uint32_t slot) const {
-    Chunk* chunk = slot < rdma::kSlots ? chunkOf(slot) : nullptr;
-    return chunk != nullptr ? chunk->requests[slot % kSlotsPerChunk] : nullptr;
-  }
-  // The lowest free slot whose last descriptor write has completed (allocating its chunk), or
-  // kSlots when all are busy or memory ran out.
-  uint32_t freeSlot(core::DataComm& comm) {
-    for (uint32_t candidates = ~taken; candidates != 0; candidates &= candidates - 1) {
-      uint32_t slot = static_cast<uint32_t>(__builtin_ctz(candidates));
-      std::unique_ptr<Chunk>& chunk = chunks[slot / kSlotsPerChunk];
-      if (!chunk) {
-        chunk.reset(new (std::nothrow) Chunk);
-        if (!chunk) {
-          NNF_WARN("irecv: out of memory for the receive slots of comm %u", comm.id());
-          return rdma::kSlots;
-        }
-        for (core::Operation& op : chunk->descriptorWrites) op.owner = &comm;
-      }
-      const core::Operation& op = write(slot);
-      if (!op.inFlight && !op.queued) return slot;
-    }
-    return rdma::kSlots;
-  }
-  void take(uint32_t slot, core::Request& serving) {
-    request(slot) = &serving;
-    taken |= 1u << slot;
-  }
-  void release(uint32_t slot) {
-    uint32_t described = progress(slot).groupSize();
-    progress(slot).disarm();
-    request(slot) = nullptr;
-    taken &= ~(1u << slot);
-    dropHandles(slot, described);
-  }
-  // The described buffers of the slot's first `count` (set only for a group's buffers) ended:
-  // landed, failed, or the comm went. NCCL's deregistration of one, when it came meanwhile,
-  // takes effect now.
-  void dropHandles(uint32_t slot, uint32_t count = rdma::kGroup) {
-    core::MemoryHandle** handles = chunkOf(slot)->handles[slot % kSlotsPerChunk];
-    for (uint32_t i = 0; i < count; ++i) {
-      if (handles[i] != nullptr) core::endUse(handles[i]);
-      handles[i] = nullptr;
-    }
-  }
-  void dropAllHandles() {
-    for (uint32_t slot = 0; slot < rdma::kSlots; ++slot) {
-      if (chunkOf(slot) != nullptr) dropHandles(slot);
-    }
-  }
-  // The slot whose descriptor write `op` is, or kSlots.
-  uint32_t slotOf(const core::Operation& op) const {
-    for (uint32_t c = 0; c < rdma::kSlots / kSlotsPerChunk; ++c) {
-      const Chunk* chunk = chunks[c].get();
-      if (chunk != nullptr && &op >= chunk->descriptorWrites &&
-          &op < chunk->descriptorWrites + kSlotsPerChunk) {
-        return c * kSlotsPerChunk + static_cast<uint32_t>(&op - chunk->descriptorWrites);
-      }
-    }
-    return rdma::kSlots;
-  }
-  // Every operation of its own: descriptor writes and the close notice.
-  template <typename Visit>
-  void forEachOwn(Visit&& visit) {
-    visit(closeNotice);
-    for (const auto& chunk : chunks) {
-      if (!chunk) continue;
-      for (core::Operation& op : chunk->descriptorWrites) visit(op);
-    }
-  }
-};
-
-SendState& sendState(core::DataComm& comm) {
-  return *static_cast<SendState*>(comm.protocolState());
-}
-RecvState& recvState(core::DataComm& comm) {
-  return *static_cast<RecvState*>(comm.protocolState());
-}
 
 // The tag field of a send that waits: who it waits for (checked when its descriptor comes).
 uint64_t waitKey(int32_t tag, uint16_t seq) {
@@ -309,6 +146,7 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
     request.error = abi::kInternalError;
     request.remaining = 1;
     first.rail = 0;
+    first.headerLength = 0;
     first.peer = comm.peer();
     first.remoteAddress = buffer.address;
     first.remoteKey = buffer.keys[0];
@@ -347,6 +185,7 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
     uint64_t segment = std::min(shares[i].length, rdma::kMaxSegmentBytes);
     op.owner = &comm;
     op.type = core::OpType::kWrite;
+    op.headerLength = 0;
     op.rail = static_cast<uint8_t>(rail);
     op.peer = comm.peer(rail);
     op.buffer = base + shares[i].offset;
@@ -408,10 +247,38 @@ bool takeWaitingHandle(core::SendComm& comm, core::Request& request, core::Memor
   return false;
 }
 
+// Entries came free: small sends waiting for their descriptors go eagerly instead, oldest first.
+void sendWaitingEagerly(core::SendComm& comm, SendState& state) {
+  if (state.matcher.sendsWaiting() == 0 || state.eagerMaxBytes == 0) return;
+  while (state.credits.inUse() < rdma::kEagerEntries) {
+    rdma::WaitLink* link = state.matcher.takeFirstWaiting([&state](const rdma::WaitLink& waiting) {
+      const core::Operation* op =
+          core::Operation::fromContext(const_cast<rdma::WaitLink*>(&waiting));
+      return op->request->state == core::Request::State::kActive &&
+             op->ignore <= state.eagerMaxBytes;
+    });
+    if (link == nullptr) return;
+    int32_t tag = link->tag;
+    uint16_t seq = link->seq;
+    core::Request& request = *core::Operation::fromContext(link)->request;
+    core::MemoryHandle* handle = nullptr;
+    if (!takeWaitingHandle(comm, request, &handle)) continue;  // failed: deregistered meanwhile
+    if (!rdma::sendEager(comm, state, request, tag, seq, handle)) {
+      // Refused after all (no registration the provider can use): it waits again.
+      core::Operation& op = request.ops[0];
+      op.tag = waitKey(tag, seq);
+      op.remoteAddress = reinterpret_cast<uintptr_t>(handle);
+      if (handle != nullptr) ++handle->waitingSends;
+      state.matcher.addWaiting(new (&op.context) rdma::WaitLink, tag, seq);
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 abi::Result Rdma::startSend(core::SendComm& comm, ConnectInfo* info) {
-  auto state = std::make_unique<SendState>(*comm.device().rdmaArena());
+  auto state = std::make_unique<SendState>(comm.device().rdmaArena());
   if (!state->ring.acquire()) return abi::kSystemError;  // logged by the arena
   info->ringAddress = state->ring->remoteAddress;
   info->ringKey = state->ring->key;
@@ -421,7 +288,7 @@ abi::Result Rdma::startSend(core::SendComm& comm, ConnectInfo* info) {
 }
 
 abi::Result Rdma::startRecv(core::RecvComm& comm, const ConnectInfo& info) {
-  auto state = std::make_unique<RecvState>(*comm.device().rdmaArena());
+  auto state = std::make_unique<RecvState>(comm.device().rdmaArena(), comm.device().eagerArena());
   if (!state->staging.acquire()) return abi::kSystemError;
   state->ringAddress = info.ringAddress;
   state->ringKey = info.ringKey;
@@ -457,6 +324,9 @@ abi::Result Rdma::postSend(core::SendComm& comm, core::Request& request, void* d
                ? request.error
                : abi::kSuccess;
   }
+  if (rdma::sendEager(comm, state, request, tag, seq, handle)) {
+    return request.state == core::Request::State::kFailed ? request.error : abi::kSuccess;
+  }
   op.tag = waitKey(tag, seq);
   // Until the write starts: NCCL may deregister the buffer meanwhile (deregMr, then close).
   op.remoteAddress = reinterpret_cast<uintptr_t>(handle);
@@ -478,17 +348,24 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     slot = state.freeSlot(comm);
     if (slot == rdma::kSlots) return abi::kInProgress;
   }
-  request.slot = static_cast<uint16_t>(slot);
-  core::Operation& write = state.write(slot);
   auto* entries =
       reinterpret_cast<BufferDescriptor*>(state.staging->data + rdma::entryOffset(slot));
   uint64_t sizes64[rdma::kGroup];
   core::MemoryHandle* described[rdma::kGroup] = {};
+  // Buffers whose eager message is here already: nothing is described for them.
+  uint32_t eager[rdma::kGroup];
+  int settled = 0;
   for (int i = 0; i < count; ++i) {
     uint32_t next;
     if (!comm.nextSequence(tags[i], &next)) return abi::kInternalError;
     core::MemoryHandle* handle = handles != nullptr ? handles[i] : nullptr;
     BufferDescriptor& entry = entries[i];
+    eager[i] = state.inbox.find(tags[i], static_cast<uint16_t>(next));
+    entry.flags = 0;
+    if (eager[i] != rdma::kEagerEntries) {
+      entry.flags = rdma::kSettled;
+      ++settled;
+    }
     if (handle != nullptr && handle->mr != nullptr) {
       entry.address = handle->remoteAddress(data[i]);
       for (size_t r = 0; r < rdma::kMaxRails; ++r) entry.keys[r] = handle->key(r);
@@ -509,7 +386,6 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     entry.size = sizes[i];
     entry.tag = tags[i];
     entry.seq = static_cast<uint16_t>(next);
-    entry.reserved = 0;
     entry.reserved2 = 0;
     sizes64[i] = sizes[i];
     core::Operation& op = request.ops[i];
@@ -518,18 +394,32 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     op.buffer = data[i];
     op.length = sizes[i];
     op.transferred = 0;
+    op.ignore = 0;
     op.tag = core::tags::data(comm.id(), next, tags[i]);
   }
+  request.remaining = static_cast<uint8_t>(count);
+  if (settled == count) {
+    // Every message is here: no descriptor, no slot.
+    request.slot = static_cast<uint16_t>(rdma::kSlots);
+    for (int i = 0; i < count; ++i) {
+      rdma::deliverEager(comm, state, request, static_cast<uint32_t>(i), eager[i],
+                         handles != nullptr ? handles[i] : nullptr);
+    }
+    return abi::kSuccess;
+  }
+  request.slot = static_cast<uint16_t>(slot);
   state.progress(slot).arm(static_cast<uint32_t>(count), sizes64);
   state.take(slot, request);
   for (int i = 0; i < count; ++i) {
+    if (eager[i] != rdma::kEagerEntries) state.progress(slot).settle(static_cast<uint32_t>(i));
     if (described[i] != nullptr) core::beginUse(described[i]);
     state.chunkOf(slot)->handles[slot % RecvState::kSlotsPerChunk][i] = described[i];
   }
-  request.remaining = static_cast<uint8_t>(count);
 
+  core::Operation& write = state.write(slot);
   write.request = nullptr;
   write.type = core::OpType::kWrite;
+  write.headerLength = 0;
   write.buffer = entries;
   write.length = static_cast<size_t>(count) * sizeof(BufferDescriptor);
   write.desc = state.staging->desc;
@@ -547,22 +437,34 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   if (result != abi::kSuccess) {
     state.release(slot);
     request.remaining = 0;
+    return result;
   }
-  return result;
+  for (int i = 0; i < count && settled > 0; ++i) {
+    if (eager[i] == rdma::kEagerEntries) continue;
+    rdma::deliverEager(comm, state, request, static_cast<uint32_t>(i), eager[i],
+                       handles != nullptr ? handles[i] : nullptr);
+  }
+  return abi::kSuccess;
 }
 
 void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_t length) {
   rdma::Immediate imm = rdma::decode(data);
   core::Comm* comm = device.findComm(imm.commId);
-  if (imm.kind == rdma::ImmKind::kDescriptors) {
+  if (imm.kind == rdma::ImmKind::kDescriptors || imm.kind == rdma::ImmKind::kCredits) {
     if (comm == nullptr || comm->kind() != core::Comm::Kind::kSend || comm->closed()) return;
     auto& sender = static_cast<core::SendComm&>(*comm);
     if (sender.protocolState() == nullptr) return;
     SendState& state = sendState(sender);
+    if (imm.kind == rdma::ImmKind::kCredits) {
+      rdma::onCredits(sender, state, imm.count);
+      sendWaitingEagerly(sender, state);
+      return;
+    }
     const auto* entries =
         reinterpret_cast<const BufferDescriptor*>(state.ring->data + rdma::entryOffset(imm.slot));
     for (uint32_t i = 0; i < imm.count; ++i) {
       const BufferDescriptor& buffer = entries[i];
+      if ((buffer.flags & rdma::kSettled) != 0) continue;  // its message went eagerly
       Arrived arrived{buffer.tag, buffer.seq, static_cast<uint8_t>(imm.slot),
                       static_cast<uint8_t>(i)};
       rdma::WaitLink* link = state.matcher.takeWaiting(buffer.tag, buffer.seq);
@@ -576,6 +478,9 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
           startWrite(sender, *request, arrived, buffer, handle);
           sender.holdRegistration(*request, handle);
         }
+      } else if (link == nullptr && rdma::behind(buffer.seq, sender.sequences().peek(buffer.tag))) {
+        // Its send went eagerly, or failed: nothing will be written, the slot may be reused.
+        rdma::sendVoid(sender, state, imm.slot, i, buffer);
       } else {
         state.matcher.addDescriptor(arrived);
       }
@@ -589,6 +494,14 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
   if (rail < rdma::kMaxRails) ++state.landed[rail];
   // The sender's last write has landed: a close waiting for it may end.
   if (state.awaitingAck && state.senderDone && state.allLanded()) state.awaitingAck = false;
+  if (imm.kind == rdma::ImmKind::kEager) {
+    rdma::onEagerLanded(receiver, state, imm.slot);
+    return;
+  }
+  if (imm.kind == rdma::ImmKind::kVoid) {
+    rdma::onVoidLanded(receiver, state, imm.slot, imm.index);
+    return;
+  }
   core::Request* request = state.requestAt(imm.slot);
   uint64_t segmentBytes = device.immediateCarriesLength() ? imm.length : length;
   uint64_t total = 0;
@@ -601,6 +514,9 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
       return;
     case rdma::SegmentOutcome::kComplete:
       receiver.onComplete(request->ops[imm.index], total);
+      // The first message went by descriptor (its sender learned the buffer's size before
+      // writing); later small ones may go eagerly.
+      if (!state.eagerTried && !receiver.closed()) rdma::grantEager(receiver, state);
       break;
     case rdma::SegmentOutcome::kTruncated: {
       core::Operation& op = request->ops[imm.index];
@@ -617,14 +533,21 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
       }
       return;
   }
-  if (request->remaining == 0) state.release(imm.slot);
+  if (request->remaining == 0) state.finish(imm.slot);
 }
 
 bool Rdma::onOwnCompletion(core::DataComm& comm, core::Operation& op, int error) {
   if (comm.protocolState() == nullptr) return false;
-  if (comm.kind() == core::Comm::Kind::kSend) return &op == &sendState(comm).closedAck;
+  if (comm.kind() == core::Comm::Kind::kSend) {
+    SendState& state = sendState(comm);
+    if (&op == &state.closedAck) return true;
+    if (!rdma::onVoidDone(static_cast<core::SendComm&>(comm), state, op, error)) return false;
+    onWriteDone(comm);  // a close answer may wait for this write
+    return true;
+  }
   RecvState& state = recvState(comm);
-  bool ours = onDescriptorWrite(comm, state, op, error);
+  bool ours = rdma::onCreditWriteDone(static_cast<core::RecvComm&>(comm), state, op, error) ||
+              onDescriptorWrite(comm, state, op, error);
   // The close notice waited for this write (see onClose).
   if (ours && state.noticeOwed && !descriptorWritesInFlight(state)) sendCloseNotice(comm, state);
   return ours;
@@ -650,6 +573,11 @@ bool Rdma::continueWrite(core::DataComm& comm, core::Operation& op) {
   op.request->state = core::Request::State::kFailed;  // logged by the device
   op.request->error = result;
   return false;
+}
+
+bool Rdma::onRequestRead(core::DataComm& comm, core::Operation& op, int error) {
+  if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return false;
+  return rdma::onEagerRead(static_cast<core::RecvComm&>(comm), recvState(comm), op, error);
 }
 
 void Rdma::forget(core::DataComm& comm, core::Request& request) {
@@ -678,10 +606,10 @@ int Rdma::ownInFlight(const core::DataComm& comm) const {
     // Queued counts too: a comm freed with an operation in the device's retry queue would
     // leave the queue pointing into freed memory.
     if (state.closedAck.inFlight || state.closedAck.queued) return 1;
-    return ringExposed(comm, state) ? 1 : 0;
+    return rdma::voidsPending(state) + (ringExposed(comm, state) ? 1 : 0);
   }
   auto& state = *static_cast<RecvState*>(comm.protocolState());
-  int count = 0;
+  int count = rdma::bounceExposed(comm, state) ? 1 : 0;
   state.forEachOwn(
       [&count](const core::Operation& op) { count += op.inFlight || op.queued ? 1 : 0; });
   return count;
@@ -712,6 +640,8 @@ void Rdma::onClose(core::DataComm& comm) {
     return;
   }
   RecvState& state = recvState(comm);
+  int64_t limitMs = comm.device().config().integer(config::Param::kCloseTimeoutMs);
+  state.lingerUntilNs = limitMs > 0 ? core::nowNs() + static_cast<uint64_t>(limitMs) * 1000000 : 0;
   if (comm.remoteId() == 0 || state.closeNotice.inFlight || state.closeNotice.queued) return;
   // Before the sender's answer, its writes may come into any buffer still described; after it,
   // those it counted that have not landed yet are still on their way.
@@ -762,7 +692,7 @@ void Rdma::onWriteDone(core::DataComm& comm) {
   if (comm.kind() != core::Comm::Kind::kSend || comm.protocolState() == nullptr) return;
   SendState& state = sendState(comm);
   if (!state.ackOwed || comm.callerOpsInFlight() > 0 || state.closedAck.inFlight ||
-      state.closedAck.queued) {
+      state.closedAck.queued || rdma::voidsPending(state) > 0) {
     return;
   }
   state.ackOwed = false;

@@ -36,6 +36,7 @@ class Rdma final : public Protocol {
   void onPeerClosed(core::DataComm& comm) override;
   void onPeerClosedAck(core::DataComm& comm, const uint8_t* data, size_t length) override;
   void onWriteDone(core::DataComm& comm) override;
+  bool onRequestRead(core::DataComm& comm, core::Operation& op, int error) override;
   void forget(core::DataComm& comm, core::Request& request) override;
   void releaseRegistrations(core::DataComm& comm) override;
 

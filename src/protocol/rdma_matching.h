@@ -84,6 +84,19 @@ class SendMatcher {
     }
     return nullptr;
   }
+  // The oldest waiting send for which `pick(link)` is true, unlinked; null when none is.
+  template <typename Pick>
+  WaitLink* takeFirstWaiting(Pick&& pick) {
+    for (WaitLink** at = &waitingHead_; *at != nullptr; at = &(*at)->next) {
+      WaitLink* link = *at;
+      if (!pick(*link)) continue;
+      *at = link->next;
+      if (waitingTail_ == &link->next) waitingTail_ = at;
+      --waiting_;
+      return link;
+    }
+    return nullptr;
+  }
   // Unlinks `link` if it waits (a send given up); its storage is then the caller's again.
   bool removeWaiting(const WaitLink* link) {
     for (WaitLink** at = &waitingHead_; *at != nullptr; at = &(*at)->next) {
@@ -156,6 +169,43 @@ class SlotProgress {
     return SegmentOutcome::kComplete;
   }
 
+  // An eager message filled buffer `index` before this group was described: the sender skips
+  // its descriptor (kSettled), nothing more comes for it.
+  void settle(uint32_t index) {
+    if (index < kGroup) buffers_[index].armed = false;
+  }
+  // An eager message of `length` bytes came for buffer `index` after it was described: the
+  // sender answers that descriptor with a void, and the slot is reused only after it
+  // (voidsOwed). kComplete (or kTruncated) at once: the data is the eager message's.
+  SegmentOutcome onEager(uint32_t index, uint64_t length) {
+    if (index >= kGroup || !buffers_[index].armed || buffers_[index].seen != 0) {
+      return SegmentOutcome::kInvalid;
+    }
+    Buffer& buffer = buffers_[index];
+    buffer.armed = false;
+    buffer.awaitingVoid = !buffer.voidSeen;
+    return length > buffer.capacity ? SegmentOutcome::kTruncated : SegmentOutcome::kComplete;
+  }
+  // The sender's void for buffer `index` (before or after its eager message); false when the
+  // group has no such buffer.
+  bool onVoid(uint32_t index) {
+    if (index >= count_) return false;
+    Buffer& buffer = buffers_[index];
+    if (buffer.awaitingVoid) {
+      buffer.awaitingVoid = false;
+    } else {
+      buffer.voidSeen = true;
+    }
+    return true;
+  }
+  // Voids still to come: the sender may not have read the slot's descriptors yet.
+  bool voidsOwed() const {
+    for (uint32_t i = 0; i < count_; ++i) {
+      if (buffers_[i].awaitingVoid) return true;
+    }
+    return false;
+  }
+
  private:
   struct Buffer {
     uint64_t capacity = 0;
@@ -163,6 +213,8 @@ class SlotProgress {
     uint8_t segments = 0;  // 0: none seen yet
     uint8_t seen = 0;
     bool armed = false;
+    bool voidSeen = false;      // the sender's void came before its eager message
+    bool awaitingVoid = false;  // filled by an eager message; the sender's void is still to come
   };
   Buffer buffers_[kGroup];
   uint8_t count_ = 0;  // buffers armed by the last arm()

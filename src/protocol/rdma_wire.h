@@ -5,12 +5,16 @@
 // into its buffer with fi_writedata. The immediate data (32 bits: EFA carries no more) says what
 // landed:
 //
-//   bit  31      kind: 0 data segment, 1 descriptors
+//   bit  31      kind: 0 data segment, 1 control (bits 4..0 say which)
 //   bits 30..13  comm id on the target side (18 bits, as in core/tags.h)
-//   bits 12..8   descriptor slot of the receive comm (one per receive in flight: at most 32)
-//   data:        bits 7..5 buffer index in the group, bits 4..0 segments of the message
-//                (0: the message did not fit; nothing was written)
-//   descriptors: bits 7..5 buffers in the group minus one
+//   data:        bits 12..8 descriptor slot of the receive comm (one per receive in flight: at
+//                most 32), bits 7..5 buffer index in the group, bits 4..0 segments of the
+//                message (0: the message did not fit; nothing was written)
+//   control 0, descriptors (to a send comm): bits 12..8 slot, bits 7..5 buffers minus one
+//   control 1, credits (to a send comm): bits 12..5 eager entries freed so far, modulo 256
+//   control 2, eager message (to a receive comm): bits 12..8 bounce entry (rdma_eager.h)
+//   control 3, void (to a receive comm): bits 12..8 slot, bits 7..5 buffer index: the sender
+//              read that descriptor but sent its message eagerly; the slot may be reused
 //
 // Where the provider carries 8 bytes of immediate data (cq_data_size >= 8: shm, tcp) the upper
 // 32 bits hold the segment's length, because not every provider reports the length of a remote
@@ -32,15 +36,15 @@ constexpr uint32_t kSlots = 32;  // grouped receives in flight per comm (NCCL_NE
 constexpr uint32_t kGroup = 8;   // buffers per grouped receive
 constexpr uint32_t kMaxSegments = 31;  // segments one message may be cut into
 
-enum class ImmKind : uint8_t { kData, kDescriptors };
+enum class ImmKind : uint8_t { kData, kDescriptors, kCredits, kEager, kVoid };
 
 struct Immediate {
   ImmKind kind = ImmKind::kData;
   uint32_t commId = 0;
-  uint32_t slot = 0;
-  uint32_t index = 0;     // kData
+  uint32_t slot = 0;      // kData, kDescriptors, kVoid; kEager: the bounce entry
+  uint32_t index = 0;     // kData, kVoid
   uint32_t segments = 0;  // kData; 0: truncation notice
-  uint32_t count = 0;     // kDescriptors
+  uint32_t count = 0;     // kDescriptors; kCredits: entries freed, modulo 256
   uint32_t length = 0;    // upper 32 bits (where the provider carries them)
 };
 
@@ -58,19 +62,52 @@ inline uint64_t encodeDescriptors(uint32_t commId, uint32_t slot, uint32_t count
          (uint64_t{slot & ((1u << kSlotBits) - 1)} << 8) | (uint64_t{(count - 1) & 7} << 5);
 }
 
+// The control writes (kind bit set), by what bits 4..0 say.
+enum class Control : uint32_t { kDescriptors = 0, kCredits = 1, kEager = 2, kVoid = 3 };
+
+inline uint64_t encodeControl(uint32_t commId, Control control, uint32_t middle) {
+  return (uint64_t{1} << 31) | (uint64_t{commId & kMaxCommId} << 13) |
+         (uint64_t{middle & 0xff} << 5) | static_cast<uint32_t>(control);
+}
+inline uint64_t encodeCredits(uint32_t commId, uint32_t freed) {
+  return encodeControl(commId, Control::kCredits, freed);
+}
+inline uint64_t encodeEager(uint32_t commId, uint32_t entry) {
+  return encodeControl(commId, Control::kEager, (entry & ((1u << kSlotBits) - 1)) << 3);
+}
+inline uint64_t encodeVoid(uint32_t commId, uint32_t slot, uint32_t index) {
+  return encodeControl(commId, Control::kVoid,
+                       ((slot & ((1u << kSlotBits) - 1)) << 3) | (index & 7));
+}
+
 inline Immediate decode(uint64_t data) {
   Immediate imm;
   uint32_t low = static_cast<uint32_t>(data);
-  imm.kind = (low >> 31) != 0 ? ImmKind::kDescriptors : ImmKind::kData;
   imm.commId = (low >> 13) & kMaxCommId;
   imm.slot = (low >> 8) & ((1u << kSlotBits) - 1);
-  if (imm.kind == ImmKind::kData) {
-    imm.index = (low >> 5) & 7;
-    imm.segments = low & kMaxSegments;
-  } else {
-    imm.count = ((low >> 5) & 7) + 1;
-  }
+  imm.index = (low >> 5) & 7;
   imm.length = static_cast<uint32_t>(data >> kLengthShift);
+  if ((low >> 31) == 0) {
+    imm.kind = ImmKind::kData;
+    imm.segments = low & kMaxSegments;
+    return imm;
+  }
+  switch (static_cast<Control>(low & 31)) {
+    case Control::kDescriptors:
+      imm.kind = ImmKind::kDescriptors;
+      imm.count = imm.index + 1;
+      break;
+    case Control::kCredits:
+      imm.kind = ImmKind::kCredits;
+      imm.count = (low >> 5) & 0xff;
+      break;
+    case Control::kEager:
+      imm.kind = ImmKind::kEager;
+      break;
+    default:
+      imm.kind = ImmKind::kVoid;
+      break;
+  }
   return imm;
 }
 
@@ -85,21 +122,28 @@ struct BufferDescriptor {
   uint64_t keys[kMaxRails];  // remote key of its registration on each rail (0: none)
   int32_t tag;
   uint16_t seq;
-  uint16_t reserved;
+  uint16_t flags;  // kSettled: an eager message filled it already; the sender skips it
   uint64_t reserved2;
 };
 static_assert(sizeof(BufferDescriptor) == 64);
+constexpr uint16_t kSettled = 1;
 
 // A group's descriptors take one ring entry; the ring has one entry per slot (16 KiB a comm).
-// The close notice (a control header) comes first, so that a comm with few receives in flight
-// touches only the first page of its arena slot: slots are taken lowest first.
+// The close notice (a control header) comes first, then the receiver's eager grant and the
+// sender's eager headers (rdma_eager.h), so that a comm with few receives in flight touches only
+// the first page of its arena slot: slots are taken lowest first.
 constexpr size_t kEntryBytes = kGroup * sizeof(BufferDescriptor);
 constexpr size_t kRingBytes = kSlots * kEntryBytes;
 constexpr size_t kNoticeBytes = 64;
 constexpr size_t kNoticeOffset = 0;
-constexpr size_t kArenaSlotBytes = kNoticeBytes + kRingBytes;
+constexpr size_t kGrantOffset = kNoticeBytes;  // written by the receiver (rdma::Grant)
+constexpr size_t kGrantBytes = 64;
+constexpr size_t kEagerHeadersOffset = kGrantOffset + kGrantBytes;  // the sender's own
+constexpr size_t kEagerHeadersBytes = 16 * 16;  // kEagerEntries headers (rdma_eager.h)
+constexpr size_t kRingOffset = kEagerHeadersOffset + kEagerHeadersBytes;
+constexpr size_t kArenaSlotBytes = kRingOffset + kRingBytes;
 constexpr size_t entryOffset(uint32_t slot) {
-  return kNoticeBytes + size_t{slot} * kEntryBytes;
+  return kRingOffset + size_t{slot} * kEntryBytes;
 }
 
 // The payload of kClosedAck: how many writes with immediate data of the sender's toward the

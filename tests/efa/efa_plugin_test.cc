@@ -178,6 +178,96 @@ TEST_F(EfaPlugin, GpuAndHostTransfersOfEverySizeKeepEveryRule) {
   EXPECT_TRUE(report().empty()) << "rules broken:\n" << joined(report());
 }
 
+// Bytes this process read by RMA on the EFA-rules provider so far (every NIC).
+uint64_t readByRma() {
+  EXPECT_TRUE(writeEfaRulesStats());
+  uint64_t read = 0;
+  for (const auto& [domain, traffic] : readEfaRulesStats(efaRulesStats(), getpid())) {
+    read += traffic.read;
+  }
+  return read;
+}
+
+// Small messages sent before their receives are posted go eagerly into the receiver's bounce
+// entries; those received into GPU memory are copied there by the NIC (an RDMA read from the
+// receiver's own endpoint: the provider counts the bytes), never by the CPU, and every byte
+// arrives. Sources in GPU memory too: the NIC reads them, nothing is injected.
+TEST_F(EfaPlugin, EagerMessagesForGpuBuffersAreCopiedByTheNic) {
+  env_.set("NNF_EFA_RULES_STATS", efaRulesStats());
+  env_.set("NCCL_FABRIC_PROTOCOL", "rdma");
+  const std::vector<int> sizes = {8, 1, 4096, 8192, 100, 0, 5000, 64};
+  constexpr size_t kSlot = 16384;
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer gpu(sizes.size() * kSlot), host(kSlot);
+    void *gpuHandle, *hostHandle;
+    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, gpu, &gpuHandle));
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostHandle));
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, host.data(), 8, kTag + 1, hostHandle, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    std::vector<void*> requests;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      uint8_t* data = gpu.data() + i * kSlot;
+      fillPattern(data, static_cast<size_t>(sizes[i]), 40 + i);
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, data, sizes[i], kTag, gpuHandle, &request));
+      requests.push_back(request);
+    }
+    // Eager: done before the receiver posts anything of their tag.
+    std::vector<int> sent;
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sent));
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, host.data(), 8, kTag + 1, hostHandle, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    ASSERT_TRUE(peer.channel->wait());
+    dereg(peer, comm, gpuHandle);
+    dereg(peer, comm, hostHandle);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer gpu(sizes.size() * kSlot), host(sizes.size() * kSlot);
+    void *gpuHandle, *hostHandle;
+    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, gpu, &gpuHandle));
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostHandle));
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, host.data(), 8, kTag + 1, hostHandle, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    // Progressing meanwhile, as NCCL's proxy does (shm completes a write once its target
+    // progresses): the sender sends this once its eager sends have completed.
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, host.data(), 8, kTag + 1, hostHandle, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    fillSentinel(gpu.data(), gpu.size());
+    fillSentinel(host.data(), host.size());
+    uint64_t readBefore = readByRma();
+    uint64_t toGpu = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      bool onGpu = i % 2 == 0;
+      SCOPED_TRACE(std::to_string(sizes[i]) + " bytes into " + (onGpu ? "GPU" : "host") +
+                   " memory");
+      uint8_t* data = (onGpu ? gpu : host).data() + i * kSlot;
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, data, static_cast<int>(kSlot), kTag,
+                                       onGpu ? gpuHandle : hostHandle, &request));
+      int size = -1;
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
+      EXPECT_EQ(size, sizes[i]);
+      EXPECT_TRUE(verifyPattern(data, static_cast<size_t>(sizes[i]), 40 + i));
+      EXPECT_TRUE(verifySentinel(data + sizes[i], kSlot - static_cast<size_t>(sizes[i])));
+      if (onGpu) toGpu += static_cast<uint64_t>(sizes[i]);
+    }
+    EXPECT_EQ(readByRma() - readBefore, toGpu)
+        << "the eager messages for GPU buffers were not (only) copied by RDMA reads";
+    ASSERT_TRUE(peer.channel->signal());
+    dereg(peer, comm, gpuHandle);
+    dereg(peer, comm, hostHandle);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 120);
+  EXPECT_TRUE(report().empty()) << "rules broken:\n" << joined(report());
+}
+
 // Without the in-order guarantee NCCL must run Simple: set where the user said nothing, and a
 // user's LL/LL128 choice is warned about (the provider then reports the torn-data risk).
 TEST_F(EfaPlugin, RefusedInOrderDeliveryMeansNcclProtoSimple) {

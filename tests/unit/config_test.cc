@@ -114,6 +114,8 @@ const ShippedDefault kShippedDefaults[] = {
     {Param::kDmaBuf, "NCCL_FABRIC_DMABUF", "auto", 0},
     {Param::kRails, "NCCL_FABRIC_RAILS", "", 0},
     {Param::kStripeMin, "NCCL_FABRIC_STRIPE_MIN", "262144", 262144},
+    // Unset, the provider's rule decides (8 KiB on efa, shm and tcp); the row's default says so.
+    {Param::kEagerMax, "NCCL_FABRIC_EAGER_MAX", "8192", 8192},
     {Param::kPeerCheckMs, "NCCL_FABRIC_PEER_CHECK_MS", "1000", 1000},
     // Healthy ranks wait for hours (checkpoints, evaluation): no request timeout unless asked.
     {Param::kRequestTimeoutS, "NCCL_FABRIC_REQUEST_TIMEOUT_S", "0", 0},

@@ -1,0 +1,337 @@
+// The eager path of the rdma protocol (see rdma_eager.h for the design).
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/clock.h"
+#include "core/device.h"
+#include "core/memory_handle.h"
+#include "log/log.h"
+#include "protocol/rdma_state.h"
+
+namespace nnf::protocol::rdma {
+namespace {
+
+EagerHeader* headerStaging(SendState& state, uint32_t entry) {
+  return reinterpret_cast<EagerHeader*>(state.ring->data + kEagerHeadersOffset +
+                                        entry * sizeof(EagerHeader));
+}
+
+// Posts owed voids on the free operations.
+void postVoids(core::SendComm& comm, VoidWrites& voids) {
+  for (core::Operation& op : voids.ops) {
+    if (voids.owedSlots == 0) return;
+    if (op.inFlight || op.queued) continue;
+    auto slot = static_cast<uint32_t>(__builtin_ctz(voids.owedSlots));
+    auto index = static_cast<uint32_t>(__builtin_ctz(voids.owed[slot]));
+    voids.owed[slot] &= static_cast<uint8_t>(~(1u << index));
+    if (voids.owed[slot] == 0) voids.owedSlots &= ~(1u << slot);
+    op.owner = &comm;
+    op.request = nullptr;
+    op.type = core::OpType::kWrite;
+    op.rail = 0;
+    op.peer = comm.peer();
+    op.buffer = nullptr;
+    op.length = 0;
+    op.desc = nullptr;
+    op.headerLength = 0;
+    op.remoteAddress = voids.address[slot];
+    op.remoteKey = voids.key[slot];
+    op.tag = encodeVoid(comm.remoteId(), slot, index);
+    // A failure is the device's to log; the receiver then keeps that slot until it closes.
+    comm.device().post(op);
+  }
+}
+
+// Entries freed since the sender last heard, told by one write of the grant with immediate
+// data: at the first receive (none freed), then every quarter of the entries.
+void sendCredits(core::RecvComm& comm, RecvState& state) {
+  core::Operation& write = state.creditWrite;
+  if (write.inFlight || write.queued) {
+    state.creditsOwed = true;
+    return;
+  }
+  state.creditsOwed = false;
+  uint64_t freed = state.inbox.freed();
+  write.owner = &comm;
+  write.request = nullptr;
+  write.type = core::OpType::kWrite;
+  write.rail = 0;
+  write.peer = comm.peer();
+  write.buffer = state.staging->data + kGrantOffset;
+  write.length = sizeof(Grant);
+  write.desc = state.staging->desc;
+  write.headerLength = 0;
+  write.remoteAddress = state.ringAddress + kGrantOffset;
+  write.remoteKey = state.ringKey;
+  write.tag = encodeCredits(comm.remoteId(), static_cast<uint32_t>(freed & 0xff));
+  core::Device& device = comm.device();
+  abi::Result result = abi::kInProgress;
+  // Inline where nothing overtakes it (the close notice follows on the same endpoint).
+  if (device.deliversInOrder() && write.length <= device.injectLimit()) {
+    result = device.inject(write);
+  }
+  if (result == abi::kInProgress) result = device.post(write);
+  if (result == abi::kSuccess) state.creditsReported = freed;  // else logged by the device
+}
+
+void freeEntry(core::RecvComm& comm, RecvState& state, uint32_t entry) {
+  uint64_t freed = state.inbox.free(entry);
+  if (!comm.closed() && freed - state.creditsReported >= kEagerEntries / 4) {
+    sendCredits(comm, state);
+  }
+}
+
+// The described buffer (slot, index) of (tag, seq), or false.
+bool findDescribed(RecvState& state, int32_t tag, uint16_t seq, uint32_t* slotOut,
+                   uint32_t* indexOut) {
+  for (uint32_t busy = state.taken; busy != 0; busy &= busy - 1) {
+    uint32_t slot = static_cast<uint32_t>(__builtin_ctz(busy));
+    if (state.requestAt(slot) == nullptr) continue;
+    const auto* entries =
+        reinterpret_cast<const BufferDescriptor*>(state.staging->data + entryOffset(slot));
+    uint32_t count = state.progress(slot).groupSize();
+    for (uint32_t i = 0; i < count; ++i) {
+      if (entries[i].tag == tag && entries[i].seq == seq && (entries[i].flags & kSettled) == 0) {
+        *slotOut = slot;
+        *indexOut = i;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, int32_t tag,
+               uint16_t seq, core::MemoryHandle* handle) {
+  core::Operation& op = request.ops[0];
+  size_t size = op.ignore;
+  core::Device& device = comm.device();
+  if (size > state.eagerMaxBytes || !state.credits.granted()) return false;
+  // Without a registration the message can go only where the provider needs no descriptor.
+  if (handle == nullptr && size > 0 && device.rail().needsLocalRegistration()) return false;
+  uint32_t entry;
+  if (!state.credits.take(&entry)) return false;
+  EagerHeader* header = headerStaging(state, entry);
+  *header = EagerHeader{tag, seq, 0, static_cast<uint32_t>(size), 0};
+  op.rail = 0;  // the bounce area is registered on the leader
+  op.peer = comm.peer();
+  op.desc = handle != nullptr ? handle->descOn(0) : nullptr;
+  op.length = size;
+  op.ignore = 0;
+  op.transferred = 0;
+  op.header = header;
+  op.headerDesc = state.ring->desc;
+  op.headerLength = sizeof(EagerHeader);
+  op.remoteAddress = state.grant.address + bounceEntryOffset(entry, state.grant.payload);
+  op.remoteKey = state.grant.key;
+  op.tag = encodeEager(comm.remoteId(), entry);
+  request.count = 1;
+  request.remaining = 0;
+  bool hostBuffer = handle == nullptr || handle->type == memory::MemType::kHost;
+  if (hostBuffer && sizeof(EagerHeader) + size <= device.injectLimit()) {
+    // Header and message gathered into one buffer and written inline: no completion to read.
+    core::Operation gathered = op;
+    uint8_t* scratch = device.injectScratch();
+    memcpy(scratch, header, sizeof(EagerHeader));
+    if (size > 0) memcpy(scratch + sizeof(EagerHeader), op.buffer, size);
+    gathered.headerLength = 0;
+    gathered.buffer = scratch;
+    gathered.length = sizeof(EagerHeader) + size;
+    abi::Result injected = device.inject(gathered);
+    if (injected == abi::kSuccess) {
+      ++state.written.written[0];
+      op.transferred = size;
+      request.state = core::Request::State::kDone;
+      return true;
+    }
+    if (injected != abi::kInProgress) {
+      request.state = core::Request::State::kFailed;
+      request.error = injected;
+      return true;
+    }
+  }
+  abi::Result result = device.post(op);
+  if (result != abi::kSuccess) {
+    request.state = core::Request::State::kFailed;
+    request.error = result;
+    return true;
+  }
+  request.remaining = 1;
+  comm.holdRegistration(request, handle);
+  return true;
+}
+
+void onCredits(core::SendComm& comm, SendState& state, uint32_t freedMod256) {
+  if (!state.credits.granted()) {
+    // Every credit write carries the grant: whichever lands first describes the area.
+    memcpy(&state.grant, state.ring->data + kGrantOffset, sizeof(state.grant));
+    state.eagerMaxBytes = std::min<size_t>(comm.device().eagerMaxBytes(), state.grant.payload);
+    if (state.grant.entries != kEagerEntries) state.eagerMaxBytes = 0;  // not ours to guess
+    // Eager sends need void writes (their descriptors may cross): taken now, not mid-stream.
+    if (state.eagerMaxBytes > 0) state.voids.reset(new (std::nothrow) VoidWrites);
+    if (!state.voids) state.eagerMaxBytes = 0;
+  }
+  state.credits.onCredits(freedMod256);
+}
+
+void sendVoid(core::SendComm& comm, SendState& state, uint32_t slot, uint32_t index,
+              const BufferDescriptor& buffer) {
+  // Without eager sends (no voids taken) only a failed send leaves its descriptor unanswered:
+  // nothing comes for that buffer either way.
+  if (slot >= kSlots || index >= kGroup || state.receiverDone || !state.voids) return;
+  VoidWrites& voids = *state.voids;
+  voids.owed[slot] |= static_cast<uint8_t>(1u << index);
+  voids.owedSlots |= 1u << slot;
+  voids.address[slot] = buffer.address;
+  voids.key[slot] = buffer.keys[0];
+  postVoids(comm, voids);
+}
+
+bool onVoidDone(core::SendComm& comm, SendState& state, core::Operation& op, int error) {
+  if (!state.voids || &op < state.voids->ops || &op >= state.voids->ops + VoidWrites::kOps) {
+    return false;
+  }
+  if (error == 0) ++state.written.written[0];  // the receiver counts what lands
+  if (!state.receiverDone) postVoids(comm, *state.voids);
+  return true;
+}
+
+int voidsPending(const SendState& state) {
+  if (!state.voids) return 0;
+  int count = state.voids->owedSlots != 0 && !state.receiverDone ? 1 : 0;
+  for (const core::Operation& op : state.voids->ops) count += op.inFlight || op.queued ? 1 : 0;
+  return count;
+}
+
+void grantEager(core::RecvComm& comm, RecvState& state) {
+  core::Device& device = comm.device();
+  state.eagerTried = true;
+  if (state.bounce.held() || device.eagerArena() == nullptr || device.eagerMaxBytes() == 0) return;
+  if (!state.bounce.acquire()) return;  // logged by the arena; the comm works without eager
+  state.bouncePayload = device.eagerMaxBytes();
+  auto* grant = reinterpret_cast<Grant*>(state.staging->data + kGrantOffset);
+  *grant = Grant{state.bounce->remoteAddress, state.bounce->key, kEagerEntries,
+                 static_cast<uint32_t>(state.bouncePayload), 0};
+  state.creditWrite.owner = &comm;
+  sendCredits(comm, state);
+}
+
+void deliverEager(core::RecvComm& comm, RecvState& state, core::Request& request, uint32_t index,
+                  uint32_t entry, core::MemoryHandle* handle) {
+  core::Operation& op = request.ops[index];
+  const EagerInbox::Entry& held = state.inbox.at(entry);
+  size_t length = held.length;
+  const uint8_t* payload = state.entry(entry) + sizeof(EagerHeader);
+  if (length > op.length) {
+    comm.onError(op, FI_ETRUNC, length - op.length, "eager message larger than the receive buffer");
+    freeEntry(comm, state, entry);
+    return;
+  }
+  core::Device& device = comm.device();
+  if (handle != nullptr && handle->type != memory::MemType::kHost && length > 0) {
+    // GPU memory: the NIC copies it (a read from our own endpoint), no CUDA call here.
+    op.type = core::OpType::kRead;
+    op.rail = 0;
+    op.peer = device.selfAddress();
+    op.desc = handle->descOn(0);
+    op.length = length;
+    op.headerLength = 0;
+    op.remoteAddress = state.bounce->remoteAddress + (payload - state.bounce->data);
+    op.remoteKey = state.bounce->key;
+    op.ignore = entry + 1;  // onEagerRead frees it
+    state.inbox.copying(entry);
+    if (device.post(op) != abi::kSuccess) {  // logged by the device
+      op.ignore = 0;
+      comm.onError(op, FI_EIO, 0, "copying an eager message into GPU memory");
+      freeEntry(comm, state, entry);
+    }
+    return;
+  }
+  if (length > 0) memcpy(op.buffer, payload, length);
+  freeEntry(comm, state, entry);
+  comm.onComplete(op, length);
+}
+
+void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry) {
+  if (!state.bounce.held() || entry >= kEagerEntries) return;
+  EagerHeader header;
+  memcpy(&header, state.entry(entry), sizeof(header));
+  if (header.length > state.bouncePayload ||
+      !state.inbox.land(entry, header.tag, header.seq, header.length)) {
+    NNF_WARN(
+        "comm %u: an eager message in bounce entry %u that is not free or too long (%u "
+        "bytes); dropped",
+        comm.id(), entry, header.length);
+    return;
+  }
+  if (comm.closed()) {
+    freeEntry(comm, state, entry);
+    return;
+  }
+  // Not received yet: it waits for its irecv.
+  if (!behind(header.seq, comm.sequences().peek(header.tag))) return;
+  uint32_t slot, index;
+  if (!findDescribed(state, header.tag, header.seq, &slot, &index)) {
+    freeEntry(comm, state, entry);  // its receive failed or was given up
+    return;
+  }
+  core::Request& request = *state.request(slot);
+  rdma::SegmentOutcome outcome = state.progress(slot).onEager(index, header.length);
+  if (outcome == SegmentOutcome::kInvalid) {
+    freeEntry(comm, state, entry);
+    return;
+  }
+  core::MemoryHandle* handle =
+      state.chunkOf(slot)->handles[slot % RecvState::kSlotsPerChunk][index];
+  deliverEager(comm, state, request, index, entry, handle);
+  if (request.remaining == 0 && state.requestAt(slot) == &request) state.finish(slot);
+}
+
+void onVoidLanded(core::RecvComm& comm, RecvState& state, uint32_t slot, uint32_t index) {
+  if (slot >= kSlots || (state.taken & (1u << slot)) == 0) return;
+  if (!state.progress(slot).onVoid(index)) return;
+  // The slot's request ended already and this was its last void.
+  if (state.requestAt(slot) == nullptr && !state.progress(slot).voidsOwed()) state.release(slot);
+}
+
+bool onCreditWriteDone(core::RecvComm& comm, RecvState& state, core::Operation& op, int error) {
+  if (&op != &state.creditWrite) return false;
+  if (error != 0) return true;  // logged by the device; the sender goes on with descriptors
+  if (state.creditsOwed && !comm.closed()) sendCredits(comm, state);
+  return true;
+}
+
+bool onEagerRead(core::RecvComm& comm, RecvState& state, core::Operation& op, int error) {
+  if (op.ignore == 0 || op.request == nullptr) return false;
+  auto entry = static_cast<uint32_t>(op.ignore - 1);
+  op.ignore = 0;
+  if (error == 0) op.transferred = op.length;
+  freeEntry(comm, state, entry);
+  core::Request& request = *op.request;
+  // The last buffer of a described group: its slot may go (onComplete counts it down next).
+  if (request.remaining == 1 && state.requestAt(request.slot) == &request) {
+    state.finish(request.slot);
+  }
+  return true;
+}
+
+bool bounceExposed(const core::DataComm& comm, RecvState& state) {
+  if (!state.bounce.held() || state.bounce.leaked() || !comm.closed() || comm.peerFailed()) {
+    return false;
+  }
+  if (state.senderDone && state.allLanded()) return false;
+  if (state.lingerUntilNs == 0 || core::nowNs() < state.lingerUntilNs) return true;
+  // A live sender that never answered our close: the area never returns to the arena.
+  state.bounce.leak();
+  NNF_INFO(abi::kLogSubsysNet,
+           "comm %u: the sender did not answer the close within NCCL_FABRIC_CLOSE_TIMEOUT_MS; "
+           "its eager bounce area is set aside rather than reused",
+           comm.id());
+  return false;
+}
+
+}  // namespace nnf::protocol::rdma

@@ -1,0 +1,151 @@
+// The eager path of the rdma protocol: a small message whose send finds no descriptor yet is
+// written at once into a bounce entry the receiver granted, instead of waiting for its receive.
+//
+// The receive comm takes a bounce area once its first message has landed (so that the first
+// message of a comm always goes by descriptor: its sender learns the buffer's size before it
+// writes, and idle comms hold no bounce area) and grants its entries to the sender (a credit write:
+// the Grant below into the sender's ring, immediate data kCredits). The sender writes the n-th
+// eager message into entry n mod kEagerEntries: its header (tag, sequence number, length), then the
+// message, as one write of two local iovs, so that the message goes straight from NCCL's buffer
+// (GPU memory included: the NIC reads it). The receiver matches the header to a receive by (tag,
+// sequence number), copies the message out (memcpy, or an RDMA read from its own endpoint into GPU
+// memory) and frees the entry. Frees are returned in eager order, so the sender never writes into
+// an entry still held: a message no receive takes holds back the credits of the later ones, and
+// sends fall back to descriptors meanwhile.
+//
+// A receive posted while its eager message is on the way has already described its buffer: the
+// sender finds that descriptor behind its sends, answers it with a void write (nothing written,
+// the slot may be reused), and the receiver copies the eager message into the described buffer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "protocol/rdma_wire.h"
+
+namespace nnf::protocol::rdma {
+
+constexpr uint32_t kEagerEntries = 16;  // bounce entries of a receive comm (one credit each)
+static_assert(kEagerEntries * 16 == kEagerHeadersBytes);
+static_assert(kEagerEntries <= (1u << kSlotBits), "the entry travels in the slot field");
+
+// What the receiver tells its sender in every credit write (the same bytes each time, so that
+// whichever credit write lands first describes the area).
+struct Grant {
+  uint64_t address;  // the bounce area at the receiver (the provider's addressing)
+  uint64_t key;      // its remote key on the leader rail
+  uint32_t entries;
+  uint32_t payload;  // bytes of message one entry holds
+  uint64_t reserved;
+};
+static_assert(sizeof(Grant) <= kGrantBytes);
+
+// The first bytes of a bounce entry; the message follows.
+struct EagerHeader {
+  int32_t tag;
+  uint16_t seq;
+  uint16_t reserved;
+  uint32_t length;
+  uint32_t reserved2;
+};
+static_assert(sizeof(EagerHeader) == 16);
+
+// The receiver's bounce area: its entries, each a header and room for one message. (The grant
+// a credit write carries comes from the receiver's staging slot, at kGrantOffset: a comm that
+// never receives eagerly touches no page of its bounce area.)
+constexpr size_t eagerStride(size_t payload) {
+  return (sizeof(EagerHeader) + payload + 63) / 64 * 64;
+}
+constexpr size_t bounceBytes(size_t payload) {
+  return kEagerEntries * eagerStride(payload);
+}
+constexpr size_t bounceEntryOffset(uint32_t entry, size_t payload) {
+  return entry * eagerStride(payload);
+}
+
+// Whether sequence number `seq` of a tag is behind `next` (the tag's next one on this side):
+// 16-bit numbers, at most a few hundred apart.
+inline bool behind(uint16_t seq, uint32_t next) {
+  return static_cast<int16_t>(static_cast<uint16_t>(seq - static_cast<uint16_t>(next))) < 0;
+}
+
+// The sender's credits: which entry the next eager message takes, if any is free.
+class EagerCredits {
+ public:
+  bool granted() const { return granted_; }
+  // A credit write said that `freedMod256` entries have been freed so far. Credit writes may
+  // arrive out of order: one older than what is known already is ignored.
+  void onCredits(uint32_t freedMod256) {
+    uint32_t delta = (freedMod256 - static_cast<uint32_t>(freed_)) & 0xff;
+    granted_ = true;
+    if (delta > kEagerEntries || freed_ + delta > used_) return;  // stale
+    freed_ += delta;
+  }
+  // The entry of the next eager message, taken; false when every entry is held.
+  bool take(uint32_t* entry) {
+    if (!granted_ || used_ - freed_ >= kEagerEntries) return false;
+    *entry = static_cast<uint32_t>(used_ % kEagerEntries);
+    ++used_;
+    return true;
+  }
+  uint64_t inUse() const { return used_ - freed_; }
+
+ private:
+  bool granted_ = false;
+  uint64_t used_ = 0;   // eager messages written
+  uint64_t freed_ = 0;  // entries the receiver freed (in eager order)
+};
+
+// The receiver's entries: what each holds, and the frees to return in eager order.
+class EagerInbox {
+ public:
+  enum class State : uint8_t { kEmpty, kHeld, kCopying, kFreed };
+  struct Entry {
+    State state = State::kEmpty;
+    int32_t tag = 0;
+    uint16_t seq = 0;
+    uint32_t length = 0;
+  };
+
+  // An eager message landed in `entry`; false when the entry was not free (a broken sender).
+  bool land(uint32_t entry, int32_t tag, uint16_t seq, uint32_t length) {
+    if (entry >= kEagerEntries || entries_[entry].state != State::kEmpty) return false;
+    entries_[entry] = Entry{State::kHeld, tag, seq, length};
+    ++held_;
+    return true;
+  }
+  // The held entry of (tag, seq), or kEagerEntries.
+  uint32_t find(int32_t tag, uint16_t seq) const {
+    if (held_ == 0) return kEagerEntries;
+    for (uint32_t e = 0; e < kEagerEntries; ++e) {
+      const Entry& entry = entries_[e];
+      if (entry.state == State::kHeld && entry.tag == tag && entry.seq == seq) return e;
+    }
+    return kEagerEntries;
+  }
+  const Entry& at(uint32_t entry) const { return entries_[entry]; }
+  // Its message is being copied out by an RDMA read: the entry stays held until free().
+  void copying(uint32_t entry) {
+    if (entries_[entry].state == State::kHeld) --held_;
+    entries_[entry].state = State::kCopying;
+  }
+  // Its message was copied out (or dropped). Returns the entries now freed in eager order.
+  uint64_t free(uint32_t entry) {
+    if (entries_[entry].state == State::kHeld) --held_;
+    entries_[entry].state = State::kFreed;
+    while (entries_[freed_ % kEagerEntries].state == State::kFreed) {
+      entries_[freed_ % kEagerEntries].state = State::kEmpty;
+      ++freed_;
+    }
+    return freed_;
+  }
+  uint64_t freed() const { return freed_; }
+  uint32_t held() const { return held_; }
+
+ private:
+  Entry entries_[kEagerEntries];
+  uint64_t freed_ = 0;  // entries freed in eager order (the sender's entry freed_ % n is next)
+  uint32_t held_ = 0;
+};
+
+}  // namespace nnf::protocol::rdma

@@ -1,0 +1,245 @@
+// The eager path's bookkeeping (src/protocol/rdma_eager.h) and its wire encodings: credits never
+// let the sender reuse an entry the receiver still holds, whatever order receives free entries
+// in and credit writes arrive in; voids and eager messages meet described buffers in either
+// order; and a seeded model of both sides over a transport that reorders everything delivers
+// every message once.
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "protocol/rdma_eager.h"
+#include "protocol/rdma_matching.h"
+#include "protocol/rdma_wire.h"
+
+namespace nnf::protocol::rdma {
+namespace {
+
+TEST(RdmaEagerWire, ControlWritesDecodeToWhatWasEncoded) {
+  Immediate credits = decode(encodeCredits(kMaxCommId, 255));
+  EXPECT_EQ(credits.kind, ImmKind::kCredits);
+  EXPECT_EQ(credits.commId, kMaxCommId);
+  EXPECT_EQ(credits.count, 255u);
+  Immediate eager = decode(encodeEager(12345, kEagerEntries - 1));
+  EXPECT_EQ(eager.kind, ImmKind::kEager);
+  EXPECT_EQ(eager.commId, 12345u);
+  EXPECT_EQ(eager.slot, kEagerEntries - 1);
+  Immediate gone = decode(encodeVoid(7, 31, 7));
+  EXPECT_EQ(gone.kind, ImmKind::kVoid);
+  EXPECT_EQ(gone.slot, 31u);
+  EXPECT_EQ(gone.index, 7u);
+  Immediate descriptors = decode(encodeDescriptors(9, 30, 8));
+  EXPECT_EQ(descriptors.kind, ImmKind::kDescriptors);
+  EXPECT_EQ(descriptors.slot, 30u);
+  EXPECT_EQ(descriptors.count, 8u);
+  Immediate data = decode(encodeData(9, 30, 5, 31, 4096));
+  EXPECT_EQ(data.kind, ImmKind::kData);
+  EXPECT_EQ(data.segments, 31u);
+  EXPECT_EQ(data.length, 4096u);
+  // EFA carries 32 bits: every control write fits them.
+  EXPECT_EQ(encodeVoid(kMaxCommId, 31, 7) >> 32, 0u);
+  EXPECT_EQ(encodeCredits(kMaxCommId, 255) >> 32, 0u);
+}
+
+TEST(RdmaEagerWire, SequenceNumbersBehindTheNextOneAcrossTheWrap) {
+  EXPECT_TRUE(behind(4, 5));
+  EXPECT_FALSE(behind(5, 5));
+  EXPECT_FALSE(behind(6, 5));
+  EXPECT_TRUE(behind(65535, 65536 + 2));  // the 16-bit number wrapped, the counter did not
+  EXPECT_FALSE(behind(1, 65535));
+}
+
+TEST(RdmaEagerCredits, NothingGoesBeforeTheGrantAndSixteenAtMostAfterIt) {
+  EagerCredits credits;
+  uint32_t entry;
+  EXPECT_FALSE(credits.take(&entry));
+  credits.onCredits(0);
+  for (uint32_t i = 0; i < kEagerEntries; ++i) {
+    ASSERT_TRUE(credits.take(&entry));
+    EXPECT_EQ(entry, i);
+  }
+  EXPECT_FALSE(credits.take(&entry)) << "a 17th entry while 16 are held";
+  credits.onCredits(4);
+  for (uint32_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(credits.take(&entry));
+    EXPECT_EQ(entry, i);
+  }
+  EXPECT_FALSE(credits.take(&entry));
+}
+
+TEST(RdmaEagerCredits, AnOlderCreditWriteArrivingLateChangesNothing) {
+  EagerCredits credits;
+  credits.onCredits(0);
+  uint32_t entry;
+  for (uint32_t i = 0; i < kEagerEntries; ++i) ASSERT_TRUE(credits.take(&entry));
+  credits.onCredits(8);
+  credits.onCredits(4);  // sent before the 8, overtaken on the way
+  EXPECT_EQ(credits.inUse(), kEagerEntries - 8);
+}
+
+TEST(RdmaEagerInbox, EntriesFreedOutOfOrderAreReturnedInEagerOrder) {
+  EagerInbox inbox;
+  for (uint32_t e = 0; e < 4; ++e) ASSERT_TRUE(inbox.land(e, 1, static_cast<uint16_t>(e), 10));
+  EXPECT_FALSE(inbox.land(2, 1, 9, 10)) << "an entry written twice";
+  EXPECT_EQ(inbox.find(1, 2), 2u);
+  EXPECT_EQ(inbox.find(1, 9), kEagerEntries);
+  EXPECT_EQ(inbox.free(2), 0u) << "entry 0 is still held: nothing may be returned";
+  EXPECT_EQ(inbox.free(1), 0u);
+  EXPECT_EQ(inbox.free(0), 3u);
+  inbox.copying(3);
+  EXPECT_EQ(inbox.find(1, 3), kEagerEntries) << "an entry being copied is taken";
+  EXPECT_EQ(inbox.free(3), 4u);
+}
+
+TEST(RdmaEagerSlot, AnEagerMessageAndItsVoidMeetInEitherOrder) {
+  for (bool voidFirst : {false, true}) {
+    SlotProgress slot;
+    uint64_t sizes[2] = {100, 100};
+    slot.arm(2, sizes);
+    if (voidFirst) ASSERT_TRUE(slot.onVoid(0));
+    EXPECT_EQ(slot.onEager(0, 50), SegmentOutcome::kComplete);
+    EXPECT_EQ(slot.voidsOwed(), !voidFirst);
+    if (!voidFirst) ASSERT_TRUE(slot.onVoid(0));
+    EXPECT_FALSE(slot.voidsOwed());
+    uint64_t total = 0;
+    EXPECT_EQ(slot.onSegment(0, 1, 10, &total), SegmentOutcome::kInvalid)
+        << "a write into a buffer the eager message filled";
+    EXPECT_EQ(slot.onSegment(1, 1, 10, &total), SegmentOutcome::kComplete);
+  }
+  SlotProgress slot;
+  uint64_t sizes[1] = {10};
+  slot.arm(1, sizes);
+  EXPECT_EQ(slot.onEager(0, 11), SegmentOutcome::kTruncated);
+  EXPECT_TRUE(slot.voidsOwed()) << "the slot waits for the void even when the message is dropped";
+}
+
+// Both sides of one comm as the protocol runs them, over a transport that delivers every write
+// after a random delay (so in any order, never lost or doubled, as SRD promises): the receiver
+// posts receives of one tag at random moments, each looked up among the eager messages first and
+// described otherwise; the sender sends each message eagerly when it has an entry and no
+// descriptor, answers descriptors it finds behind its sends with voids, and returns nothing it
+// did not get. Every message lands exactly once, in its receive, and no entry is overwritten
+// while held.
+TEST(RdmaEagerModel, EveryMessageLandsOnceUnderAnyDeliveryOrder) {
+  constexpr int kMessages = 60000;  // below 65536: a sequence number is the message's index
+  std::mt19937_64 random(0x5eed);
+  struct Write {
+    enum Kind { kEager, kDescriptor, kVoid, kData, kCredits } kind;
+    uint16_t seq;
+    uint32_t entry;
+    uint64_t credits;
+  };
+  std::deque<Write> toReceiver, toSender;
+  auto deliverOne = [&random](std::deque<Write>& queue) {
+    size_t at = random() % queue.size();
+    Write write = queue[at];
+    queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(at));
+    return write;
+  };
+  // Receiver.
+  EagerInbox inbox;
+  std::vector<uint16_t> entrySeq(kEagerEntries);
+  uint32_t nextRecv = 0;
+  std::vector<int> landed(kMessages, 0);
+  std::vector<bool> described(kMessages, false), voided(kMessages, false);
+  uint64_t reported = 0;
+  // Sender.
+  EagerCredits credits;
+  uint32_t nextSend = 0;
+  std::vector<bool> descriptorHere(kMessages, false);
+  std::vector<bool> sentEagerly(kMessages, false);
+  credits.onCredits(0);
+  int eagerCount = 0, crossings = 0;
+  auto receiverFree = [&](uint32_t entry) {
+    uint64_t freed = inbox.free(entry);
+    if (freed - reported >= kEagerEntries / 4) {
+      toSender.push_back({Write::kCredits, 0, 0, freed});
+      reported = freed;
+    }
+  };
+  uint64_t step = 0;
+  while (nextRecv < kMessages || nextSend < kMessages || !toReceiver.empty() || !toSender.empty()) {
+    // Phases in which the receiver posts its receives late (the sender runs ahead: eager
+    // messages, credits running out) alternate with phases in which it posts them early.
+    bool receiverLags = (++step / 4096) % 2 == 0;
+    switch (random() % 4) {
+      case 0:  // the receiver posts its next receive
+        if (nextRecv < kMessages && (!receiverLags || random() % 16 == 0)) {
+          auto seq = static_cast<uint16_t>(nextRecv);
+          uint32_t entry = inbox.find(1, seq);
+          if (entry != kEagerEntries) {
+            ++landed[nextRecv];
+            receiverFree(entry);
+          } else {
+            described[nextRecv] = true;
+            toSender.push_back({Write::kDescriptor, seq, 0, 0});
+          }
+          ++nextRecv;
+        }
+        break;
+      case 1:  // the sender sends its next message
+        if (nextSend < kMessages) {
+          auto seq = static_cast<uint16_t>(nextSend);
+          uint32_t entry;
+          if (descriptorHere[nextSend]) {
+            toReceiver.push_back({Write::kData, seq, 0, 0});
+          } else if (credits.take(&entry)) {
+            sentEagerly[nextSend] = true;
+            ++eagerCount;
+            toReceiver.push_back({Write::kEager, seq, entry, 0});
+          } else {
+            break;  // waits for its descriptor (or credits): try later
+          }
+          ++nextSend;
+        }
+        break;
+      case 2:
+        if (!toReceiver.empty()) {
+          Write write = deliverOne(toReceiver);
+          uint32_t index = write.seq;
+          if (write.kind == Write::kEager) {
+            ASSERT_TRUE(inbox.land(write.entry, 1, write.seq, 8)) << "entry overwritten";
+            if (behind(write.seq, nextRecv)) {
+              ASSERT_TRUE(described[index]);
+              ++crossings;
+              ++landed[index];
+              receiverFree(write.entry);
+            }
+          } else if (write.kind == Write::kData) {
+            ASSERT_TRUE(described[index]);
+            ++landed[index];
+          } else if (write.kind == Write::kVoid) {
+            ASSERT_TRUE(described[index] && sentEagerly[index]);
+            voided[index] = true;
+          }
+        }
+        break;
+      case 3:
+        if (!toSender.empty()) {
+          Write write = deliverOne(toSender);
+          if (write.kind == Write::kCredits) {
+            credits.onCredits(static_cast<uint32_t>(write.credits & 0xff));
+          } else if (behind(write.seq, nextSend)) {
+            uint32_t index = write.seq;
+            ASSERT_TRUE(sentEagerly[index]) << "a descriptor behind a send that waited for it";
+            toReceiver.push_back({Write::kVoid, write.seq, 0, 0});
+          } else {
+            descriptorHere[write.seq] = true;
+          }
+        }
+        break;
+    }
+  }
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_EQ(landed[i], 1) << "message " << i;
+    ASSERT_EQ(voided[i], described[i] && sentEagerly[i]) << "message " << i;
+  }
+  EXPECT_GT(eagerCount, kMessages / 10) << "the model hardly went eagerly";
+  EXPECT_GT(crossings, 100) << "the model hardly crossed a descriptor";
+}
+
+}  // namespace
+}  // namespace nnf::protocol::rdma

@@ -121,6 +121,14 @@ void Device::setUpEager(const config::Config& config) {
   eagerMaxBytes_ = config.userSet(config::Param::kEagerMax)
                        ? static_cast<size_t>(config.integer(config::Param::kEagerMax))
                        : rules.eagerMaxBytes;
+  if (rules.writesWaitForTarget) {
+    // Only inline writes complete while the receiver does not progress (busy elsewhere): the
+    // very case eager messages are for.
+    size_t inlineMax = injectLimit_ > sizeof(protocol::rdma::EagerHeader)
+                           ? injectLimit_ - sizeof(protocol::rdma::EagerHeader)
+                           : 0;
+    eagerMaxBytes_ = std::min(eagerMaxBytes_, inlineMax);
+  }
   const fi_tx_attr* tx = rail().info()->tx_attr;
   if (eagerMaxBytes_ > 0 && tx != nullptr && tx->rma_iov_limit != 0 && tx->iov_limit < 2) {
     // The header and the message go as one write of two local buffers.

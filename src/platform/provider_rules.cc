@@ -60,7 +60,9 @@ const std::vector<EndpointOption> kHmemOnly{
 
 // An eager message costs the receiver a copy out of its bounce entry: worth it up to a few
 // pages, where waiting for the receive's descriptor costs more. Unknown providers never go eager.
-const ProviderRules kShm{Family::kShm, kHmemOnly, {}, false, true, 0, 8192};
+// shm's writes above its inject size (4 KiB) wait for the target: 4 KiB and more took three
+// times as long eagerly as by descriptor (inline), docs/performance.md.
+const ProviderRules kShm{Family::kShm, kHmemOnly, {}, false, true, 0, 8192, true};
 const ProviderRules kTcp{Family::kTcp, kHmemOnly, {}, false, true, 0, 8192};
 const ProviderRules kOther{Family::kOther, kHmemOnly, {}, false, true, 0, 0};
 

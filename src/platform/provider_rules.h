@@ -77,6 +77,9 @@ struct ProviderRules {
   // rdma protocol: messages up to this size may go eagerly into the receiver's bounce entries
   // before their receive is posted (NCCL_FABRIC_EAGER_MAX overrides). 0: never.
   size_t eagerMaxBytes = 0;
+  // The provider completes a write larger than its inject size only once the target process
+  // progresses (shm): eager messages then fit the inject size, header included.
+  bool writesWaitForTarget = false;
 };
 
 const ProviderRules& rulesFor(Family family);

@@ -113,6 +113,7 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
   if (size > state.eagerMaxBytes || !state.credits.granted()) return false;
   // Without a registration the message can go only where the provider needs no descriptor.
   if (handle == nullptr && size > 0 && device.rail().needsLocalRegistration()) return false;
+  if (core::nowNs() - state.lastDescriptorNs < kEagerQuietNs) return false;  // it comes soon
   uint32_t entry;
   if (!state.credits.take(&entry)) return false;
   EagerHeader* header = headerStaging(state, entry);

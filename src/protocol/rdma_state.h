@@ -61,8 +61,9 @@ struct SendState final : CommState {
   ArenaSlot ring;  // our close acknowledgement, the eager grant and headers, the descriptors
   SendMatcher matcher;
   EagerCredits credits;
-  Grant grant{};             // the receiver's bounce area (read at its first credit write)
-  size_t eagerMaxBytes = 0;  // ours and the receiver's entries' size, the smaller
+  Grant grant{};                  // the receiver's bounce area (read at its first credit write)
+  size_t eagerMaxBytes = 0;       // ours and the receiver's entries' size, the smaller
+  uint64_t lastDescriptorNs = 0;  // when the receiver's last descriptors came
   std::unique_ptr<VoidWrites> voids;
   size_t nextRail = 0;  // the rail of the next message that goes whole on one
   core::Operation closedAck;

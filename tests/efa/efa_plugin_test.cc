@@ -207,6 +207,8 @@ TEST_F(EfaPlugin, EagerMessagesForGpuBuffersAreCopiedByTheNic) {
     void* request;
     ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, host.data(), 8, kTag + 1, hostHandle, &request));
     ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    // Sends go eagerly while the receiver has been quiet for 1 ms (rdma::kEagerQuietNs).
+    usleep(20000);
     std::vector<void*> requests;
     for (size_t i = 0; i < sizes.size(); ++i) {
       uint8_t* data = gpu.data() + i * kSlot;

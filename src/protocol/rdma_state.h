@@ -63,7 +63,8 @@ struct SendState final : CommState {
   EagerCredits credits;
   Grant grant{};                  // the receiver's bounce area (read at its first credit write)
   size_t eagerMaxBytes = 0;       // ours and the receiver's entries' size, the smaller
-  uint64_t lastDescriptorNs = 0;  // when the receiver's last descriptors came
+  uint64_t lastDescriptorNs = 0;  // when the receiver's descriptors last came (every 8th group)
+  uint64_t descriptorGroups = 0;
   std::unique_ptr<VoidWrites> voids;
   size_t nextRail = 0;  // the rail of the next message that goes whole on one
   core::Operation closedAck;

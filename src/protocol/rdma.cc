@@ -249,7 +249,7 @@ bool takeWaitingHandle(core::SendComm& comm, core::Request& request, core::Memor
 
 // Entries came free: small sends waiting for their descriptors go eagerly instead, oldest first.
 void sendWaitingEagerly(core::SendComm& comm, SendState& state) {
-  if (state.matcher.sendsWaiting() == 0 || state.eagerMaxBytes == 0) return;
+  if (state.matcher.sendsWaiting() == 0 || !rdma::eagerOpen(state)) return;
   while (state.credits.inUse() < rdma::kEagerEntries) {
     rdma::WaitLink* link = state.matcher.takeFirstWaiting([&state](const rdma::WaitLink& waiting) {
       const core::Operation* op =

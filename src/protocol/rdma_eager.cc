@@ -110,10 +110,9 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
   core::Operation& op = request.ops[0];
   size_t size = op.ignore;
   core::Device& device = comm.device();
-  if (size > state.eagerMaxBytes || !state.credits.granted()) return false;
+  if (size > state.eagerMaxBytes || !eagerOpen(state)) return false;
   // Without a registration the message can go only where the provider needs no descriptor.
   if (handle == nullptr && size > 0 && device.rail().needsLocalRegistration()) return false;
-  if (core::nowNs() - state.lastDescriptorNs < kEagerQuietNs) return false;  // it comes soon
   uint32_t entry;
   if (!state.credits.take(&entry)) return false;
   EagerHeader* header = headerStaging(state, entry);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <new>
 
+#include "core/clock.h"
 #include "core/control_arena.h"
 #include "core/data_comm.h"
 #include "core/memory_registry.h"
@@ -228,6 +229,13 @@ inline RecvState& recvState(core::DataComm& comm) {
 }
 
 // --- the eager path (rdma_eager.cc); device lock held ---
+
+// Whether sends may go eagerly now: the receiver granted its entries and has been quiet (no
+// descriptor for kEagerQuietNs).
+inline bool eagerOpen(const SendState& state) {
+  return state.eagerMaxBytes > 0 && state.credits.granted() &&
+         core::nowNs() - state.lastDescriptorNs >= kEagerQuietNs;
+}
 
 // Sender. Writes the send in `request` (its operation filled by postSend) into the next bounce
 // entry when the receiver granted one and the message fits: true when it went (the request

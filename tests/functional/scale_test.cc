@@ -29,6 +29,11 @@ constexpr int kSlot = 64;  // bytes per comm in the data buffers
 constexpr double kSetupLimitSec = 10;
 constexpr double kCloseLimitSec = 5;
 constexpr double kBytesPerCommLimit = 16 * 1024;
+// A set-up this slow means the two processes were starved of CPU (here it takes 0.15-0.25 s).
+// shm then queues the unanswered set-up messages in the sender, and the resident size per comm
+// measured grew to 17-22 KB (twice in one CI run, both shm suites, while tcp and efa beside them
+// stayed within bounds). Such a run's memory figure is retried once.
+constexpr double kStarvedSetupSec = 0.4;
 
 int scaleComms() {
   const char* value = getenv("NNF_SCALE_COMMS");
@@ -71,16 +76,28 @@ void report(Peer& peer, int comms, const Figures& f) {
   fflush(stdout);
 }
 
-void checkBounds(const Figures& f) {
+// Whether the memory bound applies: the EFA-rules stand-in keeps its own books per operation
+// (reorder buffers, records) in this process too, where the resident size says little about the
+// plugin; a sanitizer's redzones and shadow memory inflate every object.
+bool memoryBounded() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return false;
+#else
+  return testProvider() != "efa";
+#endif
+}
+
+// The memory figure goes to the test's process (a file per role, named after that process),
+// which judges it: see kStarvedSetupSec.
+std::string figuresPath(long testPid, const std::string& role) {
+  return "/tmp/nnf-scale-" + std::to_string(testPid) + "-" + role;
+}
+
+void checkBounds(const Peer& peer, long testPid, const Figures& f) {
   EXPECT_LT(f.setupSec, kSetupLimitSec);
   EXPECT_LT(f.closeSec, kCloseLimitSec);
-  // The EFA-rules stand-in keeps its own books per operation (reorder buffers, records) in this
-  // process too: there the resident size says little about the plugin, and is only reported.
-  // The bound is for real builds: a sanitizer's redzones and shadow memory inflate every object.
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  if (testProvider() != "efa") EXPECT_LE(f.bytesPerComm, kBytesPerCommLimit);
-#endif
   EXPECT_LE(f.fdsOpen - f.fdsBefore, 8) << "file descriptors grow with the number of comms";
+  std::ofstream(figuresPath(testPid, peer.role)) << f.bytesPerComm << " " << f.setupSec << "\n";
 }
 
 // Calls `step(c, &comms[c])` round-robin over every comm not open yet, all pending at once as
@@ -102,6 +119,7 @@ void openAll(std::vector<void*>* comms, const char* what, Step step) {
 
 TEST(Scale, TenThousandCommPairsOpenAtOnce) {
   const int n = scaleComms();
+  const long testPid = static_cast<long>(getpid());
   auto sender = [&](Peer& peer) {
     HostBuffer buffer(size_t{kSlot} * n);
     for (int c = 0; c < n; ++c) fillPattern(buffer.data() + size_t{kSlot} * c, kSlot, c + 1);
@@ -140,7 +158,7 @@ TEST(Scale, TenThousandCommPairsOpenAtOnce) {
     for (void* comm : comms) closeSend(peer, comm);
     f.closeSec = secondsSince(start);
     report(peer, n, f);
-    checkBounds(f);
+    checkBounds(peer, testPid, f);
     peer.channel->finishBarrier(30);
   };
   auto receiver = [&](Peer& peer) {
@@ -191,10 +209,36 @@ TEST(Scale, TenThousandCommPairsOpenAtOnce) {
     }
     f.closeSec = secondsSince(start);
     report(peer, n, f);
-    checkBounds(f);
+    checkBounds(peer, testPid, f);
     peer.channel->finishBarrier(30);
   };
-  runTwoProcesses(sender, receiver, 240);
+  for (int attempt = 1;; ++attempt) {
+    for (const char* role : {"sender", "receiver"}) unlink(figuresPath(testPid, role).c_str());
+    runTwoProcesses(sender, receiver, 240);
+    if (HasFailure() || !memoryBounded()) return;
+    bool starved = false, over = false;
+    std::string overText;
+    for (const char* role : {"sender", "receiver"}) {
+      double bytesPerComm = 0, setupSec = 0;
+      std::ifstream in(figuresPath(testPid, role));
+      ASSERT_TRUE(in >> bytesPerComm >> setupSec) << "no figures from the " << role;
+      unlink(figuresPath(testPid, role).c_str());
+      starved = starved || setupSec > kStarvedSetupSec;
+      if (bytesPerComm > kBytesPerCommLimit) {
+        over = true;
+        overText += std::string(role) + " " + std::to_string(bytesPerComm) + " bytes/comm ";
+      }
+    }
+    if (!over) return;
+    if (starved && attempt == 1) {
+      printf("set-up starved (over %.1f s) and %s: measuring again\n", kStarvedSetupSec,
+             overText.c_str());
+      continue;
+    }
+    ADD_FAILURE() << overText << "over the bound of " << kBytesPerCommLimit << " per comm"
+                  << (starved ? " (in a second starved run)" : "");
+    return;
+  }
 }
 
 }  // namespace

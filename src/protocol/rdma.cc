@@ -82,7 +82,7 @@ bool ringExposed(const core::DataComm& comm, SendState& state) {
   // The receiver may still write descriptors into the ring until it says it closed; a dead one
   // writes nothing more.
   if (!comm.closed() || state.receiverDone || comm.peerFailed()) return false;
-  if (state.lingerUntilNs == 0 || core::nowNs() < state.lingerUntilNs) return true;
+  if (rdma::lingering(state.lingerUntilNs)) return true;
   // A live receiver that neither closed nor answered within the close bound: the comm goes, its
   // ring never returns to the arena (16 KiB), so that no new comm reads the late descriptors.
   state.receiverDone = true;
@@ -251,9 +251,8 @@ bool takeWaitingHandle(core::SendComm& comm, core::Request& request, core::Memor
 void sendWaitingEagerly(core::SendComm& comm, SendState& state) {
   if (state.matcher.sendsWaiting() == 0 || !rdma::eagerOpen(state)) return;
   while (state.credits.inUse() < rdma::kEagerEntries) {
-    rdma::WaitLink* link = state.matcher.takeFirstWaiting([&state](const rdma::WaitLink& waiting) {
-      const core::Operation* op =
-          core::Operation::fromContext(const_cast<rdma::WaitLink*>(&waiting));
+    rdma::WaitLink* link = state.matcher.takeFirstWaiting([&state](rdma::WaitLink& waiting) {
+      const core::Operation* op = core::Operation::fromContext(&waiting);
       return op->request->state == core::Request::State::kActive &&
              op->ignore <= state.eagerMaxBytes;
     });
@@ -427,13 +426,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   write.remoteAddress = state.ringAddress + rdma::entryOffset(slot);
   write.remoteKey = state.ringKey;
   write.tag = rdma::encodeDescriptors(comm.remoteId(), slot, static_cast<uint32_t>(count));
-  // Inline where nothing can overtake it (the close notice follows on the same endpoint): no
-  // completion to read, and the staging entry is free on return. Refused for room, it is posted.
-  abi::Result result = abi::kInProgress;
-  if (comm.device().deliversInOrder() && write.length <= comm.device().injectLimit()) {
-    result = comm.device().inject(write);
-  }
-  if (result == abi::kInProgress) result = comm.device().post(write);
+  abi::Result result = rdma::writeOwn(comm.device(), write);
   if (result != abi::kSuccess) {
     state.release(slot);
     request.remaining = 0;
@@ -635,9 +628,7 @@ void Rdma::onClose(core::DataComm& comm) {
     // Tell the receiver we write nothing more, once our last write has ended: its close may be
     // waiting for that (our own close notice may never have reached it).
     SendState& state = sendState(comm);
-    int64_t limitMs = comm.device().config().integer(config::Param::kCloseTimeoutMs);
-    state.lingerUntilNs =
-        limitMs > 0 ? core::nowNs() + static_cast<uint64_t>(limitMs) * 1000000 : 0;
+    state.lingerUntilNs = rdma::lingerDeadlineNs(comm);
     if (comm.remoteId() != 0) {
       state.ackOwed = true;
       onWriteDone(comm);
@@ -645,8 +636,7 @@ void Rdma::onClose(core::DataComm& comm) {
     return;
   }
   RecvState& state = recvState(comm);
-  int64_t limitMs = comm.device().config().integer(config::Param::kCloseTimeoutMs);
-  state.lingerUntilNs = limitMs > 0 ? core::nowNs() + static_cast<uint64_t>(limitMs) * 1000000 : 0;
+  state.lingerUntilNs = rdma::lingerDeadlineNs(comm);
   if (comm.remoteId() == 0 || state.closeNotice.inFlight || state.closeNotice.queued) return;
   // Before the sender's answer, its writes may come into any buffer still described; after it,
   // those it counted that have not landed yet are still on their way.

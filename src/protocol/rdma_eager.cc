@@ -45,7 +45,7 @@ void postVoids(core::SendComm& comm, VoidWrites& voids) {
 }
 
 // Entries freed since the sender last heard, told by one write of the grant with immediate
-// data: at the first receive (none freed), then every quarter of the entries.
+// data: once the comm's first message has landed (none freed), then every quarter of the entries.
 void sendCredits(core::RecvComm& comm, RecvState& state) {
   core::Operation& write = state.creditWrite;
   if (write.inFlight || write.queued) {
@@ -66,14 +66,8 @@ void sendCredits(core::RecvComm& comm, RecvState& state) {
   write.remoteAddress = state.ringAddress + kGrantOffset;
   write.remoteKey = state.ringKey;
   write.tag = encodeCredits(comm.remoteId(), static_cast<uint32_t>(freed & 0xff));
-  core::Device& device = comm.device();
-  abi::Result result = abi::kInProgress;
-  // Inline where nothing overtakes it (the close notice follows on the same endpoint).
-  if (device.deliversInOrder() && write.length <= device.injectLimit()) {
-    result = device.inject(write);
-  }
-  if (result == abi::kInProgress) result = device.post(write);
-  if (result == abi::kSuccess) state.creditsReported = freed;  // else logged by the device
+  // A failure is logged by the device; the sender goes on with what it was granted.
+  if (writeOwn(comm.device(), write) == abi::kSuccess) state.creditsReported = freed;
 }
 
 void freeEntry(core::RecvComm& comm, RecvState& state, uint32_t entry) {
@@ -324,7 +318,7 @@ bool bounceExposed(const core::DataComm& comm, RecvState& state) {
     return false;
   }
   if (state.senderDone && state.allLanded()) return false;
-  if (state.lingerUntilNs == 0 || core::nowNs() < state.lingerUntilNs) return true;
+  if (lingering(state.lingerUntilNs)) return true;
   // A live sender that never answered our close: the area never returns to the arena.
   state.bounce.leak();
   NNF_INFO(abi::kLogSubsysNet,

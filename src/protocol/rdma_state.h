@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/control_arena.h"
 #include "core/data_comm.h"
+#include "core/device.h"
 #include "core/memory_registry.h"
 #include "core/operation.h"
 #include "core/recv_comm.h"
@@ -226,6 +227,27 @@ inline SendState& sendState(core::DataComm& comm) {
 }
 inline RecvState& recvState(core::DataComm& comm) {
   return *static_cast<RecvState*>(comm.protocolState());
+}
+
+// A comm's own write into its peer's ring (descriptors, credits): inline where nothing can
+// overtake it (the close notice follows on the same endpoint), so no completion is read and the
+// source is free on return; posted where the provider delivers out of order or has no room.
+inline abi::Result writeOwn(core::Device& device, core::Operation& write) {
+  abi::Result result = abi::kInProgress;
+  if (device.deliversInOrder() && write.length <= device.injectLimit()) {
+    result = device.inject(write);
+  }
+  return result == abi::kInProgress ? device.post(write) : result;
+}
+
+// When a closing comm stops keeping its ring or bounce area for a peer that does not answer
+// (NCCL_FABRIC_CLOSE_TIMEOUT_MS from now; 0: never), and whether that time is still ahead.
+inline uint64_t lingerDeadlineNs(const core::DataComm& comm) {
+  int64_t limitMs = comm.device().config().integer(config::Param::kCloseTimeoutMs);
+  return limitMs > 0 ? core::nowNs() + static_cast<uint64_t>(limitMs) * 1000000 : 0;
+}
+inline bool lingering(uint64_t deadlineNs) {
+  return deadlineNs == 0 || core::nowNs() < deadlineNs;
 }
 
 // --- the eager path (rdma_eager.cc); device lock held ---

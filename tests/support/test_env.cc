@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -83,10 +84,13 @@ std::map<std::string, EfaRulesTraffic> readEfaRulesStats(const std::string& path
   // Each line holds a process's totals so far: the last one of each (domain, pid) counts.
   std::map<std::pair<std::string, long>, EfaRulesTraffic> latest;
   std::ifstream in(path);
-  std::string domain;
-  EfaRulesTraffic traffic;
-  long linePid = 0;
-  while (in >> domain >> traffic.written >> traffic.sent >> traffic.read >> linePid) {
+  // Line by line: one that does not parse (another format) is skipped, not the end of reading.
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string domain;
+    EfaRulesTraffic traffic;
+    long linePid = 0;
+    if (!(fields >> domain >> traffic.written >> traffic.sent >> traffic.read >> linePid)) continue;
     if (pid == 0 || linePid == pid) latest[{domain, linePid}] = traffic;
   }
   std::map<std::string, EfaRulesTraffic> sum;
@@ -199,7 +203,12 @@ void useTestProvider(const std::string& value) {
   setenv("FI_TCP_IFACE", "lo", 0);
   setenv("NNF_EFA_RULES_REORDER", "1", 0);
   setenv("NCCL_FABRIC_CUDA_LIBRARY", fakeCudaLibrary().c_str(), 0);
-  setenv("NNF_EFA_RULES_STATS", efaRulesStats().c_str(), 0);
+  if (getenv("NNF_EFA_RULES_STATS") == nullptr) {
+    // Named after this process: a file a killed process of the same pid left must not count
+    // (the children inherit the variable and keep the file).
+    unlink(efaRulesStats().c_str());
+    setenv("NNF_EFA_RULES_STATS", efaRulesStats().c_str(), 1);
+  }
   if (testRails() > 1) {
     setenv("NNF_EFA_RULES_NICS", std::to_string(testRails()).c_str(), 1);
     std::string group = efaRulesDomainName(0);
@@ -207,6 +216,7 @@ void useTestProvider(const std::string& value) {
     setenv("NCCL_FABRIC_RAILS", group.c_str(), 0);
   }
   if (getenv("NNF_EFA_RULES_REPORT") == nullptr) {
+    unlink(efaRulesReport().c_str());  // as the stats file: left by a killed process of this pid
     setenv("NNF_EFA_RULES_REPORT", efaRulesReport().c_str(), 1);
     ::testing::AddGlobalTestEnvironment(new EfaRulesReportCheck);
   }

@@ -69,12 +69,13 @@ void DataComm::setPeerIdentity(uint32_t pid, uint64_t hostId) {
 }
 
 void DataComm::checkStalledNow(Request& request) {
-  if (peerCheckNs_ == 0 && requestTimeoutNs_ == 0) return;
   uint64_t now = nowNs();
   // The first check stamps the request: it runs a few polls after posting, close enough for
   // limits counted in milliseconds and seconds.
   if (request.postedNs == 0) request.postedNs = now;
   uint64_t waited = now - request.postedNs;
+  device().protocol().onWaiting(*this, request, waited);
+  if (peerCheckNs_ == 0 && requestTimeoutNs_ == 0) return;
   if (requestTimeoutNs_ != 0 && waited > requestTimeoutNs_ &&
       request.state == Request::State::kActive) {
     NNF_WARN(

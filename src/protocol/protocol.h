@@ -84,6 +84,8 @@ class Protocol {
   virtual bool onRequestRead(core::DataComm& comm, core::Operation& op, int error) { return false; }
   // A write of one of the comm's requests completed or failed.
   virtual void onWriteDone(core::DataComm& comm) {}
+  // NCCL tested a request of the comm that has been pending for `waitedNs` (every 64th test).
+  virtual void onWaiting(core::DataComm& comm, core::Request& request, uint64_t waitedNs) {}
   // A request of the comm failed or is given up: forget whatever refers to it.
   virtual void forget(core::DataComm& comm, core::Request& request) {}
   // The device is going: end the uses of memory registrations the comm's state holds.

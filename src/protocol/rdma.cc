@@ -274,6 +274,23 @@ void sendWaitingEagerly(core::SendComm& comm, SendState& state) {
   }
 }
 
+// Writes the descriptors of `count` buffers staged for `slot` into the sender's ring.
+abi::Result writeDescriptors(core::RecvComm& comm, RecvState& state, uint32_t slot,
+                             uint32_t count) {
+  core::Operation& write = state.write(slot);
+  write.request = nullptr;
+  write.type = core::OpType::kWrite;
+  write.headerLength = 0;
+  write.buffer = state.staging->data + rdma::entryOffset(slot);
+  write.length = static_cast<size_t>(count) * sizeof(BufferDescriptor);
+  write.desc = state.staging->desc;
+  write.peer = comm.peer();
+  write.remoteAddress = state.ringAddress + rdma::entryOffset(slot);
+  write.remoteKey = state.ringKey;
+  write.tag = rdma::encodeDescriptors(comm.remoteId(), slot, count);
+  return rdma::writeOwn(comm.device(), write);
+}
+
 }  // namespace
 
 abi::Result Rdma::startSend(core::SendComm& comm, ConnectInfo* info) {
@@ -349,6 +366,9 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   }
   auto* entries =
       reinterpret_cast<BufferDescriptor*>(state.staging->data + rdma::entryOffset(slot));
+  bool announce = false;
+  bool undescribed = rdma::receiveUndescribed(state, count, sizes[0],
+                                              handles != nullptr ? handles[0] : nullptr, &announce);
   uint64_t sizes64[rdma::kGroup];
   core::MemoryHandle* described[rdma::kGroup] = {};
   // Buffers whose eager message is here already: nothing is described for them.
@@ -414,19 +434,13 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     if (described[i] != nullptr) core::beginUse(described[i]);
     state.chunkOf(slot)->handles[slot % RecvState::kSlotsPerChunk][i] = described[i];
   }
-
-  core::Operation& write = state.write(slot);
-  write.request = nullptr;
-  write.type = core::OpType::kWrite;
-  write.headerLength = 0;
-  write.buffer = entries;
-  write.length = static_cast<size_t>(count) * sizeof(BufferDescriptor);
-  write.desc = state.staging->desc;
-  write.peer = comm.peer();
-  write.remoteAddress = state.ringAddress + rdma::entryOffset(slot);
-  write.remoteKey = state.ringKey;
-  write.tag = rdma::encodeDescriptors(comm.remoteId(), slot, static_cast<uint32_t>(count));
-  abi::Result result = rdma::writeOwn(comm.device(), write);
+  if (undescribed && settled == 0) {
+    // Its message comes eagerly (staged here in case it must be described late: onWaiting).
+    state.undescribed |= 1u << slot;
+    return abi::kSuccess;
+  }
+  if (announce) entries[0].flags |= rdma::kEagerAhead;
+  abi::Result result = writeDescriptors(comm, state, slot, static_cast<uint32_t>(count));
   if (result != abi::kSuccess) {
     state.release(slot);
     request.remaining = 0;
@@ -460,6 +474,8 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
     if (state.eagerMaxBytes > 0 && (state.descriptorGroups++ & 7) == 0) {
       state.lastDescriptorNs = core::nowNs();
     }
+    bool wasAhead = state.eagerAhead;
+    state.eagerAhead = (entries[0].flags & rdma::kEagerAhead) != 0;
     for (uint32_t i = 0; i < imm.count; ++i) {
       const BufferDescriptor& buffer = entries[i];
       if ((buffer.flags & rdma::kSettled) != 0) continue;  // its message went eagerly
@@ -483,6 +499,8 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
         state.matcher.addDescriptor(arrived);
       }
     }
+    // Small sends that waited will find no descriptor now: the receiver stopped describing.
+    if (state.eagerAhead && !wasAhead) sendWaitingEagerly(sender, state);
     return;
   }
   if (comm == nullptr || comm->kind() != core::Comm::Kind::kRecv) return;  // closed meanwhile
@@ -576,6 +594,26 @@ bool Rdma::continueWrite(core::DataComm& comm, core::Operation& op) {
 bool Rdma::onRequestRead(core::DataComm& comm, core::Operation& op, int error) {
   if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return false;
   return rdma::onEagerRead(static_cast<core::RecvComm&>(comm), recvState(comm), op, error);
+}
+
+void Rdma::onWaiting(core::DataComm& comm, core::Request& request, uint64_t waitedNs) {
+  if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return;
+  RecvState& state = recvState(comm);
+  uint32_t slot = request.slot;
+  if (slot >= rdma::kSlots || (state.undescribed & (1u << slot)) == 0 ||
+      state.requestAt(slot) != &request || waitedNs < rdma::kLateDescribeNs) {
+    return;
+  }
+  // Nothing came eagerly: the message may be larger than the buffer, or its sender may have had
+  // no entry free. Described now, it finds its send (and a truncation is refused there).
+  state.undescribed &= ~(1u << slot);
+  state.eagerAheadSaid = false;
+  auto& receiver = static_cast<core::RecvComm&>(comm);
+  abi::Result result = writeDescriptors(receiver, state, slot, state.progress(slot).groupSize());
+  if (result == abi::kSuccess) return;
+  state.release(slot);
+  request.remaining = 1;
+  comm.onError(request.ops[0], FI_EIO, 0, "writing the receive descriptors to the sender");
 }
 
 void Rdma::forget(core::DataComm& comm, core::Request& request) {

@@ -45,7 +45,7 @@ void postVoids(core::SendComm& comm, VoidWrites& voids) {
 }
 
 // Entries freed since the sender last heard, told by one write of the grant with immediate
-// data: once the comm's first message has landed (none freed), then every quarter of the entries.
+// data: once the comm's first message has landed (none freed), then every kCreditBatch freed.
 void sendCredits(core::RecvComm& comm, RecvState& state) {
   core::Operation& write = state.creditWrite;
   if (write.inFlight || write.queued) {
@@ -72,7 +72,7 @@ void sendCredits(core::RecvComm& comm, RecvState& state) {
 
 void freeEntry(core::RecvComm& comm, RecvState& state, uint32_t entry) {
   uint64_t freed = state.inbox.free(entry);
-  if (!comm.closed() && freed - state.creditsReported >= kEagerEntries / 4) {
+  if (!comm.closed() && freed - state.creditsReported >= kCreditBatch) {
     sendCredits(comm, state);
   }
 }
@@ -214,6 +214,21 @@ void grantEager(core::RecvComm& comm, RecvState& state) {
   sendCredits(comm, state);
 }
 
+bool receiveUndescribed(RecvState& state, int count, size_t size, const core::MemoryHandle* handle,
+                        bool* announce) {
+  *announce = false;
+  bool small = count == 1 && state.bounce.held() && size <= state.bouncePayload &&
+               (handle == nullptr || handle->type == memory::MemType::kHost);
+  if (!small) {
+    state.eagerAheadSaid = false;
+    return false;
+  }
+  if (state.eagerAheadSaid) return true;
+  state.eagerAheadSaid = true;
+  *announce = true;
+  return false;
+}
+
 void deliverEager(core::RecvComm& comm, RecvState& state, core::Request& request, uint32_t index,
                   uint32_t entry, core::MemoryHandle* handle) {
   core::Operation& op = request.ops[index];
@@ -274,7 +289,8 @@ void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry) {
     return;
   }
   core::Request& request = *state.request(slot);
-  rdma::SegmentOutcome outcome = state.progress(slot).onEager(index, header.length);
+  bool described = (state.undescribed & (1u << slot)) == 0;
+  rdma::SegmentOutcome outcome = state.progress(slot).onEager(index, header.length, described);
   if (outcome == SegmentOutcome::kInvalid) {
     freeEntry(comm, state, entry);
     return;

@@ -16,6 +16,14 @@
 // A receive posted while its eager message is on the way has already described its buffer: the
 // sender finds that descriptor behind its sends, answers it with a void write (nothing written,
 // the slot may be reused), and the receiver copies the eager message into the described buffer.
+//
+// Small receives need no descriptor at all: a receive of one host buffer that fits an entry is
+// described with kEagerAhead, and the small receives after it are not described (one write a
+// message, not two, in a ping-pong). The sender, told so, sends small messages eagerly at once
+// when no descriptor is there. A receive larger than an entry, of GPU memory or of several
+// buffers is described as before and ends the run. An undescribed receive that nothing filled
+// within kLateDescribeNs (the sender's message is larger, or it had no entry free) is described
+// then, without kEagerAhead: a truncation is still found at the sender, and nothing waits forever.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +40,12 @@ constexpr uint32_t kEagerEntries = 16;  // bounce entries of a receive comm (one
 // with a 50 us quiet time two thirds of a 512-byte stream went eagerly, every one crossed, at
 // 0.71 of raw against 0.97 (docs/performance.md).
 constexpr uint64_t kEagerQuietNs = 1000000;
+// An undescribed receive still empty after this long is described (checked every 64 tests).
+constexpr uint64_t kLateDescribeNs = 1000000;
+// The receiver returns freed entries by this many: a credit write every 8 small messages of a
+// ping-pong (every 4 cost 0.01 us more a message on shm), while a stream still finds half the
+// entries free whenever a credit write lands.
+constexpr uint32_t kCreditBatch = kEagerEntries / 2;
 static_assert(kEagerEntries * 16 == kEagerHeadersBytes);
 static_assert(kEagerEntries <= (1u << kSlotBits), "the entry travels in the slot field");
 

@@ -174,16 +174,17 @@ class SlotProgress {
   void settle(uint32_t index) {
     if (index < kGroup) buffers_[index].armed = false;
   }
-  // An eager message of `length` bytes came for buffer `index` after it was described: the
-  // sender answers that descriptor with a void, and the slot is reused only after it
-  // (voidsOwed). kComplete (or kTruncated) at once: the data is the eager message's.
-  SegmentOutcome onEager(uint32_t index, uint64_t length) {
+  // An eager message of `length` bytes came for buffer `index` of a posted receive. When the
+  // buffer was described (`described`), the sender answers that descriptor with a void, and the
+  // slot is reused only after it (voidsOwed); an undescribed one owes nothing. kComplete (or
+  // kTruncated) at once: the data is the eager message's.
+  SegmentOutcome onEager(uint32_t index, uint64_t length, bool described = true) {
     if (index >= kGroup || !buffers_[index].armed || buffers_[index].seen != 0) {
       return SegmentOutcome::kInvalid;
     }
     Buffer& buffer = buffers_[index];
     buffer.armed = false;
-    buffer.awaitingVoid = !buffer.voidSeen;
+    buffer.awaitingVoid = described && !buffer.voidSeen;
     return length > buffer.capacity ? SegmentOutcome::kTruncated : SegmentOutcome::kComplete;
   }
   // The sender's void for buffer `index` (before or after its eager message); false when the

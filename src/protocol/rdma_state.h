@@ -67,6 +67,8 @@ struct SendState final : CommState {
   size_t eagerMaxBytes = 0;       // ours and the receiver's entries' size, the smaller
   uint64_t lastDescriptorNs = 0;  // when the receiver's descriptors last came (every 8th group)
   uint64_t descriptorGroups = 0;
+  // The receiver's last descriptor group said kEagerAhead: its small receives may go undescribed.
+  bool eagerAhead = false;
   std::unique_ptr<VoidWrites> voids;
   size_t nextRail = 0;  // the rail of the next message that goes whole on one
   core::Operation closedAck;
@@ -108,8 +110,12 @@ struct RecvState final : CommState {
   EagerInbox inbox;
   core::Operation creditWrite;
   uint64_t creditsReported = 0;  // entries freed as the sender last heard
-  bool creditsOwed = false;      // a credit write is due once the one in flight completes
-  uint64_t lingerUntilNs = 0;    // closed: the bounce area is set aside after this (0: never)
+  // Small receives go undescribed once the sender was told so (kEagerAhead on the last group
+  // described): bit s, slot s serves one; it is described late if nothing came for it.
+  uint32_t undescribed = 0;
+  bool eagerAheadSaid = false;
+  bool creditsOwed = false;    // a credit write is due once the one in flight completes
+  uint64_t lingerUntilNs = 0;  // closed: the bounce area is set aside after this (0: never)
   uint8_t* entry(uint32_t e) { return bounce->data + bounceEntryOffset(e, bouncePayload); }
   bool awaitingAck = false;  // closed with buffers described: the sender may still write
   bool senderDone = false;   // the sender said it writes nothing more (it closed, or we did)
@@ -182,6 +188,7 @@ struct RecvState final : CommState {
     progress(slot).disarm();
     request(slot) = nullptr;
     taken &= ~(1u << slot);
+    undescribed &= ~(1u << slot);
     dropHandles(slot, described);
   }
   // The described buffers of the slot's first `count` (set only for a group's buffers) ended:
@@ -252,11 +259,11 @@ inline bool lingering(uint64_t deadlineNs) {
 
 // --- the eager path (rdma_eager.cc); device lock held ---
 
-// Whether sends may go eagerly now: the receiver granted its entries and has been quiet (no
-// descriptor for kEagerQuietNs).
+// Whether sends may go eagerly now: the receiver granted its entries, and either said that its
+// small receives go undescribed or has been quiet (no descriptor for kEagerQuietNs).
 inline bool eagerOpen(const SendState& state) {
   return state.eagerMaxBytes > 0 && state.credits.granted() &&
-         core::nowNs() - state.lastDescriptorNs >= kEagerQuietNs;
+         (state.eagerAhead || core::nowNs() - state.lastDescriptorNs >= kEagerQuietNs);
 }
 
 // Sender. Writes the send in `request` (its operation filled by postSend) into the next bounce
@@ -274,6 +281,11 @@ int voidsPending(const SendState& state);
 
 // Receiver. The first message received takes the bounce area and grants its entries.
 void grantEager(core::RecvComm& comm, RecvState& state);
+// Whether a receive of `count` buffers may wait for its message without describing it: one host
+// buffer that fits a bounce entry, once the sender was told (kEagerAhead). Sets `announce` when
+// this receive is described with kEagerAhead to tell it.
+bool receiveUndescribed(RecvState& state, int count, size_t size, const core::MemoryHandle* handle,
+                        bool* announce);
 // Copies the message in bounce `entry` into buffer `index` of `request` (memcpy, or an RDMA
 // read into GPU memory, which completes the buffer later) and frees the entry.
 void deliverEager(core::RecvComm& comm, RecvState& state, core::Request& request, uint32_t index,

@@ -122,11 +122,15 @@ struct BufferDescriptor {
   uint64_t keys[kMaxRails];  // remote key of its registration on each rail (0: none)
   int32_t tag;
   uint16_t seq;
-  uint16_t flags;  // kSettled: an eager message filled it already; the sender skips it
+  uint16_t flags;  // kSettled, kEagerAhead
   uint64_t reserved2;
 };
 static_assert(sizeof(BufferDescriptor) == 64);
+// An eager message filled the buffer already: the sender skips it.
 constexpr uint16_t kSettled = 1;
+// On a group's first buffer: the receiver's next small receives may go undescribed (see
+// rdma_eager.h), so small sends that find no descriptor go eagerly at once.
+constexpr uint16_t kEagerAhead = 2;
 
 // A group's descriptors take one ring entry; the ring has one entry per slot (16 KiB a comm).
 // The close notice (a control header) comes first, then the receiver's eager grant and the

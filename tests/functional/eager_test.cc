@@ -41,7 +41,8 @@ void warmUpSend(Peer& peer, void* comm, uint8_t* buffer, void* mh) {
   ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
 }
 // Sends go eagerly only while the receiver is quiet (no descriptor for 1 ms, rdma::
-// kEagerQuietNs): the tests make it so before the sends they expect to go eagerly.
+// kEagerQuietNs) or after it said that its small receives go undescribed (kEagerAhead): the
+// tests make the receiver quiet before the sends they expect to go eagerly.
 void letTheReceiverGoQuiet() {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
@@ -192,6 +193,125 @@ TEST(Eager, ATooLargeEagerMessageFailsItsReceiveAndTheCommGoesOn) {
     ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
     EXPECT_EQ(size, kNext);
     EXPECT_TRUE(verifyPattern(buffer.data(), kNext, 8));
+    ASSERT_TRUE(peer.channel->signal());
+    dereg(peer, comm, mh);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 120);
+}
+
+// A receive no larger than an eager entry, posted before its message, is not described (the
+// first one after the grant is, and tells the sender so): the message fills it eagerly, one
+// write instead of two. On the EFA-rules provider the receiver's RMA bytes show it: a
+// descriptor is 64 bytes a message, credits 32 bytes every 8 messages.
+TEST(Eager, SmallReceivesPostedFirstAreFilledWithoutADescriptor) {
+  if (skipUnlessRdma()) GTEST_SKIP() << "the eager path is the rdma protocol's";
+  constexpr int kMessages = 200, kSize = 64;
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer buffer(4096);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    ASSERT_NO_FATAL_FAILURE(warmUpSend(peer, comm, buffer.data(), mh));
+    for (int m = 0; m < kMessages; ++m) {
+      ASSERT_TRUE(peer.channel->wait());  // the receive is posted
+      fillPattern(buffer.data(), kSize, m);
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, buffer.data(), kSize, kTag, mh, &request));
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    }
+    ASSERT_TRUE(peer.channel->wait());
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer buffer(kSlotBytes);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    ASSERT_NO_FATAL_FAILURE(warmUpRecv(peer, comm, buffer.data(), mh));
+    uint64_t before = 0;
+    bool counted = efaRulesWrittenHere(&before);
+    for (int m = 0; m < kMessages; ++m) {
+      fillSentinel(buffer.data(), buffer.size());
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data(), kSize, kTag, mh, &request));
+      ASSERT_TRUE(peer.channel->signal());
+      int size = -1;
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
+      ASSERT_EQ(size, kSize) << "message " << m;
+      ASSERT_TRUE(verifyPattern(buffer.data(), kSize, m)) << "message " << m;
+      ASSERT_TRUE(verifySentinel(buffer.data() + kSize, buffer.size() - kSize)) << "message " << m;
+    }
+    uint64_t after = 0;
+    if (counted && efaRulesWrittenHere(&after)) {
+      EXPECT_LT(after - before, uint64_t{kMessages} * 64 / 4)
+          << "the receiver wrote a descriptor for its small receives";
+    }
+    ASSERT_TRUE(peer.channel->signal());
+    dereg(peer, comm, mh);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 120);
+}
+
+// An undescribed small receive whose message is larger than an eager entry: nothing fills it
+// eagerly, so it is described after 1 ms (rdma::kLateDescribeNs), and the send fails at the
+// sender before a byte moves, as every truncation on rdma does. The comm goes on.
+TEST(Eager, ALargerSendIntoAnUndescribedReceiveFailsAtTheSender) {
+  if (skipUnlessRdma()) GTEST_SKIP() << "the eager path is the rdma protocol's";
+  constexpr int kSmall = 64, kLarge = 64 << 10, kNext = 50;
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer buffer(kLarge);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    ASSERT_NO_FATAL_FAILURE(warmUpSend(peer, comm, buffer.data(), mh));
+    void* request;
+    for (int size : {kSmall, kLarge, kNext}) {
+      ASSERT_TRUE(peer.channel->wait());  // the receive is posted
+      fillPattern(buffer.data(), static_cast<size_t>(size), size);
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, buffer.data(), size, kTag, mh, &request));
+      Outcome outcome = pollRequest(peer, request, nullptr);
+      ASSERT_FALSE(outcome.timedOut) << "the send of " << size << " bytes hangs";
+      EXPECT_EQ(outcome.result, size == kLarge ? abi::kInternalError : abi::kSuccess)
+          << "the send of " << size << " bytes";
+    }
+    ASSERT_TRUE(peer.channel->wait());
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer buffer(kSlotBytes);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    ASSERT_NO_FATAL_FAILURE(warmUpRecv(peer, comm, buffer.data(), mh));
+    for (int size : {kSmall, kLarge, kNext}) {
+      fillSentinel(buffer.data(), buffer.size());
+      int before = peer.warnings();
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data(), kSmall, kTag, mh, &request));
+      ASSERT_TRUE(peer.channel->signal());
+      int got = -1;
+      Outcome outcome = pollRequest(peer, request, &got);
+      ASSERT_FALSE(outcome.timedOut) << "the receive for " << size << " bytes hangs";
+      if (size == kLarge) {
+        EXPECT_EQ(outcome.result, abi::kInternalError) << "a truncated receive is a usage error";
+        EXPECT_EQ(peer.warnings() - before, 1) << "one WARN for the truncation";
+        EXPECT_TRUE(verifySentinel(buffer.data(), buffer.size())) << "the buffer was written";
+      } else {
+        EXPECT_EQ(outcome.result, abi::kSuccess);
+        EXPECT_EQ(got, size);
+        EXPECT_TRUE(verifyPattern(buffer.data(), static_cast<size_t>(size), size));
+      }
+    }
     ASSERT_TRUE(peer.channel->signal());
     dereg(peer, comm, mh);
     closeRecv(peer, comm);

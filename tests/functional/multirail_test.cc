@@ -145,10 +145,14 @@ TEST(Multirail, LargeMessagesAreStripedOverEveryRail) {
   runTwoProcesses(sender, receiver, 180);
 }
 
+// Receives sized as NCCL sizes them (a step buffer, larger than the messages): described, so each
+// message goes by descriptor on the next rail. (Receives no larger than an eager entry are not
+// described; their messages go eagerly, on the leader rail: tests/functional/eager_test.cc.)
 TEST(Multirail, SmallMessagesAreSpreadOverEveryRail) {
   REQUIRE_RAILS();
   constexpr int kMessages = 1000;
   constexpr int kSize = 4096;
+  constexpr int kRecvSize = 64 << 10;
   constexpr int kWindow = abi::kMaxRequests;
   auto sender = [&](Peer& peer) {
     void* comm;
@@ -176,7 +180,7 @@ TEST(Multirail, SmallMessagesAreSpreadOverEveryRail) {
   auto receiver = [&](Peer& peer) {
     void *listen, *comm;
     ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    HostBuffer buffer(size_t{kWindow} * kSize);
+    HostBuffer buffer(size_t{kWindow} * kRecvSize);
     void* mh;
     ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
     for (int first = 0; first < kMessages; first += kWindow) {
@@ -184,15 +188,16 @@ TEST(Multirail, SmallMessagesAreSpreadOverEveryRail) {
       std::vector<void*> requests;
       for (int m = first; m < std::min(first + kWindow, kMessages); ++m) {
         void* request;
-        ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data() + size_t{kSize} * (m - first),
-                                         kSize, kTag, mh, &request));
+        ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm,
+                                         buffer.data() + size_t{kRecvSize} * (m - first), kRecvSize,
+                                         kTag, mh, &request));
         requests.push_back(request);
       }
       std::vector<int> sizes;
       ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));
       for (int m = first; m < std::min(first + kWindow, kMessages); ++m) {
         EXPECT_EQ(sizes[m - first], kSize) << "message " << m;
-        EXPECT_TRUE(verifyPattern(buffer.data() + size_t{kSize} * (m - first), kSize, m))
+        EXPECT_TRUE(verifyPattern(buffer.data() + size_t{kRecvSize} * (m - first), kSize, m))
             << "message " << m;
       }
     }

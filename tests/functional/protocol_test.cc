@@ -40,11 +40,8 @@ std::string protocolLine(const Peer& peer) {
 
 // Bytes this process wrote by RMA on the EFA-rules provider so far (every NIC).
 uint64_t writtenByRma() {
-  EXPECT_TRUE(writeEfaRulesStats()) << "the EFA-rules provider is not loaded here";
   uint64_t written = 0;
-  for (const auto& [domain, traffic] : readEfaRulesStats(efaRulesStats(), getpid())) {
-    written += traffic.written;
-  }
+  EXPECT_TRUE(efaRulesWrittenHere(&written)) << "the EFA-rules provider is not loaded here";
   return written;
 }
 

@@ -102,6 +102,15 @@ std::map<std::string, EfaRulesTraffic> readEfaRulesStats(const std::string& path
   return sum;
 }
 
+bool efaRulesWrittenHere(uint64_t* written) {
+  *written = 0;
+  if (!writeEfaRulesStats()) return false;
+  for (const auto& [domain, traffic] : readEfaRulesStats(efaRulesStats(), getpid())) {
+    *written += traffic.written;
+  }
+  return true;
+}
+
 std::string testProvider() {
   const char* provider = std::getenv("NNF_TEST_PROVIDER");
   if (provider == nullptr) provider = std::getenv("FI_PROVIDER");

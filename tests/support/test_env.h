@@ -57,6 +57,9 @@ struct EfaRulesTraffic {
 };
 // Per domain name: the latest totals of process `pid` (0: every process, summed).
 std::map<std::string, EfaRulesTraffic> readEfaRulesStats(const std::string& path, long pid = 0);
+// Bytes this process has written by RMA on the EFA-rules provider so far, every NIC summed;
+// false when that provider is not loaded here.
+bool efaRulesWrittenHere(uint64_t* written);
 
 // The EFA-rules provider's directory (FI_PROVIDER_PATH: NNF_EFA_RULES_DIR, else the build
 // tree's) and this test process's report file.

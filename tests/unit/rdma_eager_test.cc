@@ -116,13 +116,25 @@ TEST(RdmaEagerSlot, AnEagerMessageAndItsVoidMeetInEitherOrder) {
   EXPECT_TRUE(slot.voidsOwed()) << "the slot waits for the void even when the message is dropped";
 }
 
+TEST(RdmaEagerSlot, AnUndescribedBufferFilledEagerlyOwesNoVoid) {
+  SlotProgress slot;
+  uint64_t sizes[1] = {64};
+  slot.arm(1, sizes);
+  EXPECT_EQ(slot.onEager(0, 8, /*described=*/false), SegmentOutcome::kComplete);
+  EXPECT_FALSE(slot.voidsOwed()) << "no descriptor went out, so no void comes back";
+  slot.arm(1, sizes);
+  EXPECT_EQ(slot.onEager(0, 65, /*described=*/false), SegmentOutcome::kTruncated);
+  EXPECT_FALSE(slot.voidsOwed());
+}
+
 // Both sides of one comm as the protocol runs them, over a transport that delivers every write
 // after a random delay (so in any order, never lost or doubled, as SRD promises): the receiver
 // posts receives of one tag at random moments, each looked up among the eager messages first and
-// described otherwise; the sender sends each message eagerly when it has an entry and no
-// descriptor, answers descriptors it finds behind its sends with voids, and returns nothing it
-// did not get. Every message lands exactly once, in its receive, and no entry is overwritten
-// while held.
+// otherwise described, or (in some phases, as small receives are) left undescribed and described
+// late at a random later moment; the sender sends each message eagerly when it has an entry and
+// no descriptor, answers descriptors it finds behind its sends with voids, and returns nothing it
+// did not get. Every message lands exactly once, in its receive, no entry is overwritten while
+// held, and only described buffers are answered with voids.
 TEST(RdmaEagerModel, EveryMessageLandsOnceUnderAnyDeliveryOrder) {
   constexpr int kMessages = 60000;  // below 65536: a sequence number is the message's index
   std::mt19937_64 random(0x5eed);
@@ -145,6 +157,9 @@ TEST(RdmaEagerModel, EveryMessageLandsOnceUnderAnyDeliveryOrder) {
   uint32_t nextRecv = 0;
   std::vector<int> landed(kMessages, 0);
   std::vector<bool> described(kMessages, false), voided(kMessages, false);
+  std::deque<uint32_t> undescribed;  // posted, not described, nothing landed yet (oldest first)
+  std::vector<bool> waitingUndescribed(kMessages, false);
+  int filledUndescribed = 0, describedLate = 0;
   uint64_t reported = 0;
   // Sender.
   EagerCredits credits;
@@ -155,7 +170,7 @@ TEST(RdmaEagerModel, EveryMessageLandsOnceUnderAnyDeliveryOrder) {
   int eagerCount = 0, crossings = 0;
   auto receiverFree = [&](uint32_t entry) {
     uint64_t freed = inbox.free(entry);
-    if (freed - reported >= kEagerEntries / 4) {
+    if (freed - reported >= kCreditBatch) {
       toSender.push_back({Write::kCredits, 0, 0, freed});
       reported = freed;
     }
@@ -165,7 +180,19 @@ TEST(RdmaEagerModel, EveryMessageLandsOnceUnderAnyDeliveryOrder) {
     // Phases in which the receiver posts its receives late (the sender runs ahead: eager
     // messages, credits running out) alternate with phases in which it posts them early.
     bool receiverLags = (++step / 4096) % 2 == 0;
-    switch (random() % 4) {
+    // Phases of small receives (left undescribed) alternate with phases of described ones.
+    bool smallReceives = (step / 3000) % 3 != 0;
+    switch (random() % 5) {
+      case 4:  // an undescribed receive waited too long: it is described late
+        if (!undescribed.empty() && random() % 8 == 0) {
+          uint32_t index = undescribed.front();
+          undescribed.pop_front();
+          waitingUndescribed[index] = false;
+          described[index] = true;
+          ++describedLate;
+          toSender.push_back({Write::kDescriptor, static_cast<uint16_t>(index), 0, 0});
+        }
+        break;
       case 0:  // the receiver posts its next receive
         if (nextRecv < kMessages && (!receiverLags || random() % 16 == 0)) {
           auto seq = static_cast<uint16_t>(nextRecv);
@@ -173,6 +200,9 @@ TEST(RdmaEagerModel, EveryMessageLandsOnceUnderAnyDeliveryOrder) {
           if (entry != kEagerEntries) {
             ++landed[nextRecv];
             receiverFree(entry);
+          } else if (smallReceives) {
+            undescribed.push_back(nextRecv);
+            waitingUndescribed[nextRecv] = true;
           } else {
             described[nextRecv] = true;
             toSender.push_back({Write::kDescriptor, seq, 0, 0});
@@ -202,7 +232,14 @@ TEST(RdmaEagerModel, EveryMessageLandsOnceUnderAnyDeliveryOrder) {
           uint32_t index = write.seq;
           if (write.kind == Write::kEager) {
             ASSERT_TRUE(inbox.land(write.entry, 1, write.seq, 8)) << "entry overwritten";
-            if (behind(write.seq, nextRecv)) {
+            if (behind(write.seq, nextRecv) && waitingUndescribed[index]) {
+              // Filled as it waited: no void is owed for a buffer never described.
+              waitingUndescribed[index] = false;
+              undescribed.erase(std::find(undescribed.begin(), undescribed.end(), index));
+              ++filledUndescribed;
+              ++landed[index];
+              receiverFree(write.entry);
+            } else if (behind(write.seq, nextRecv)) {
               ASSERT_TRUE(described[index]);
               ++crossings;
               ++landed[index];
@@ -239,6 +276,8 @@ TEST(RdmaEagerModel, EveryMessageLandsOnceUnderAnyDeliveryOrder) {
   }
   EXPECT_GT(eagerCount, kMessages / 10) << "the model hardly went eagerly";
   EXPECT_GT(crossings, 100) << "the model hardly crossed a descriptor";
+  EXPECT_GT(filledUndescribed, kMessages / 20) << "undescribed receives were hardly filled";
+  EXPECT_GT(describedLate, 100) << "the model hardly described a receive late";
 }
 
 }  // namespace

@@ -608,6 +608,13 @@ void Rdma::onWaiting(core::DataComm& comm, core::Request& request, uint64_t wait
   // no entry free. Described now, it finds its send (and a truncation is refused there).
   state.undescribed &= ~(1u << slot);
   state.eagerAheadSaid = false;
+  if (++state.lateInARow >= rdma::kLateDescribesToGiveUp && !state.describeAll) {
+    state.describeAll = true;
+    NNF_INFO(abi::kLogSubsysNet,
+             "comm %u: %u small receives in a row had to be described late (the sender sends "
+             "none eagerly); every receive is described from now on",
+             comm.id(), state.lateInARow);
+  }
   auto& receiver = static_cast<core::RecvComm&>(comm);
   abi::Result result = writeDescriptors(receiver, state, slot, state.progress(slot).groupSize());
   if (result == abi::kSuccess) return;

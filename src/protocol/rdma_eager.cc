@@ -217,7 +217,8 @@ void grantEager(core::RecvComm& comm, RecvState& state) {
 bool receiveUndescribed(RecvState& state, int count, size_t size, const core::MemoryHandle* handle,
                         bool* announce) {
   *announce = false;
-  bool small = count == 1 && state.bounce.held() && size <= state.bouncePayload &&
+  bool small = count == 1 && state.bounce.held() && !state.describeAll &&
+               size <= state.bouncePayload &&
                (handle == nullptr || handle->type == memory::MemType::kHost);
   if (!small) {
     state.eagerAheadSaid = false;
@@ -282,7 +283,10 @@ void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry) {
     return;
   }
   // Not received yet: it waits for its irecv.
-  if (!behind(header.seq, comm.sequences().peek(header.tag))) return;
+  if (!behind(header.seq, comm.sequences().peek(header.tag))) {
+    state.lateInARow = 0;  // the eager path serves this sender
+    return;
+  }
   uint32_t slot, index;
   if (!findDescribed(state, header.tag, header.seq, &slot, &index)) {
     freeEntry(comm, state, entry);  // its receive failed or was given up
@@ -290,6 +294,9 @@ void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry) {
   }
   core::Request& request = *state.request(slot);
   bool described = (state.undescribed & (1u << slot)) == 0;
+  // Filling an undescribed receive is what the eager path is for; one crossing a described
+  // buffer (a late description, say) does not count.
+  if (!described) state.lateInARow = 0;
   rdma::SegmentOutcome outcome = state.progress(slot).onEager(index, header.length, described);
   if (outcome == SegmentOutcome::kInvalid) {
     freeEntry(comm, state, entry);

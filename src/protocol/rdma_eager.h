@@ -42,6 +42,9 @@ constexpr uint32_t kEagerEntries = 16;  // bounce entries of a receive comm (one
 constexpr uint64_t kEagerQuietNs = 1000000;
 // An undescribed receive still empty after this long is described (checked every 64 tests).
 constexpr uint64_t kLateDescribeNs = 1000000;
+// After this many late descriptions with no eager message landing between them, the comm
+// describes every receive: its sender does not go eagerly, or sends too slowly for it to matter.
+constexpr uint32_t kLateDescribesToGiveUp = 4;
 // The receiver returns freed entries by this many: a credit write every 8 small messages of a
 // ping-pong (every 4 cost 0.01 us more a message on shm), while a stream still finds half the
 // entries free whenever a credit write lands.

@@ -114,6 +114,11 @@ struct RecvState final : CommState {
   // described): bit s, slot s serves one; it is described late if nothing came for it.
   uint32_t undescribed = 0;
   bool eagerAheadSaid = false;
+  // Late descriptions since an eager message last landed before its receive or filled an
+  // undescribed one: a sender that does not go eagerly (its NCCL_FABRIC_EAGER_MAX is 0, or it
+  // is slower than kLateDescribeNs) turns undescribed receives off for good.
+  uint32_t lateInARow = 0;
+  bool describeAll = false;
   bool creditsOwed = false;    // a credit write is due once the one in flight completes
   uint64_t lingerUntilNs = 0;  // closed: the bounce area is set aside after this (0: never)
   uint8_t* entry(uint32_t e) { return bounce->data + bounceEntryOffset(e, bouncePayload); }

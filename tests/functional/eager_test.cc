@@ -320,6 +320,62 @@ TEST(Eager, ALargerSendIntoAnUndescribedReceiveFailsAtTheSender) {
   runTwoProcesses(sender, receiver, 120);
 }
 
+// A sender slower than the late-description time (20 ms after each receive is posted): every
+// undescribed receive is described late before its message comes (which, sent before the
+// sender read that descriptor, may still cross it eagerly), so after 4 in a row (rdma::
+// kLateDescribesToGiveUp) the receiver describes every receive, and says so at INFO.
+TEST(Eager, ASenderThatNeverGoesEagerlyEndsTheUndescribedReceives) {
+  if (skipUnlessRdma()) GTEST_SKIP() << "the eager path is the rdma protocol's";
+  constexpr int kMessages = 12, kSize = 64;
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer buffer(4096);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    ASSERT_NO_FATAL_FAILURE(warmUpSend(peer, comm, buffer.data(), mh));
+    for (int m = 0; m < kMessages; ++m) {
+      ASSERT_TRUE(peer.channel->wait());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      fillPattern(buffer.data(), kSize, m);
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, buffer.data(), kSize, kTag, mh, &request));
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    }
+    ASSERT_TRUE(peer.channel->wait());
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer buffer(kSlotBytes);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    ASSERT_NO_FATAL_FAILURE(warmUpRecv(peer, comm, buffer.data(), mh));
+    for (int m = 0; m < kMessages; ++m) {
+      fillSentinel(buffer.data(), buffer.size());
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data(), kSize, kTag, mh, &request));
+      ASSERT_TRUE(peer.channel->signal());
+      int size = -1;
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
+      ASSERT_EQ(size, kSize) << "message " << m;
+      ASSERT_TRUE(verifyPattern(buffer.data(), kSize, m)) << "message " << m;
+    }
+    bool said = false;
+    for (const std::string& line : peer.infoTexts()) {
+      said |= line.find("every receive is described from now on") != std::string::npos;
+    }
+    EXPECT_TRUE(said) << "the receiver kept leaving its receives undescribed";
+    ASSERT_TRUE(peer.channel->signal());
+    dereg(peer, comm, mh);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 120);
+}
+
 // Sends and receives on two tags, up to 8 of each side in flight, the receiver pausing at random
 // so that receives are posted before, while and after their messages travel: eager messages
 // meet described buffers (the sender answers those descriptors with voids), credits run out and

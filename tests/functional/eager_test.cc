@@ -5,6 +5,7 @@
 // suites (shm, tcp, the EFA-rules provider with reordered completions, two rails); skips elsewhere.
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -201,13 +202,12 @@ TEST(Eager, ATooLargeEagerMessageFailsItsReceiveAndTheCommGoesOn) {
   runTwoProcesses(sender, receiver, 120);
 }
 
-// A receive no larger than an eager entry, posted before its message, is not described (the
-// first one after the grant is, and tells the sender so): the message fills it eagerly, one
-// write instead of two. On the EFA-rules provider the receiver's RMA bytes show it: a
-// descriptor is 64 bytes a message, credits 32 bytes every 8 messages.
-TEST(Eager, SmallReceivesPostedFirstAreFilledWithoutADescriptor) {
-  if (skipUnlessRdma()) GTEST_SKIP() << "the eager path is the rdma protocol's";
-  constexpr int kMessages = 200, kSize = 64;
+// `messages` messages of `size` bytes, one at a time, each receive posted before its send
+// starts (the sender then waits `senderDelay` more). `before` runs in the receiver ahead of the
+// first receive, `after` once the last one has landed.
+void receivesPostedFirst(int messages, int size, std::chrono::milliseconds senderDelay,
+                         const std::function<void(Peer&)>& before,
+                         const std::function<void(Peer&)>& after) {
   auto sender = [&](Peer& peer) {
     void* comm;
     ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
@@ -215,11 +215,12 @@ TEST(Eager, SmallReceivesPostedFirstAreFilledWithoutADescriptor) {
     void* mh;
     ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
     ASSERT_NO_FATAL_FAILURE(warmUpSend(peer, comm, buffer.data(), mh));
-    for (int m = 0; m < kMessages; ++m) {
+    for (int m = 0; m < messages; ++m) {
       ASSERT_TRUE(peer.channel->wait());  // the receive is posted
-      fillPattern(buffer.data(), kSize, m);
+      std::this_thread::sleep_for(senderDelay);
+      fillPattern(buffer.data(), static_cast<size_t>(size), m);
       void* request;
-      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, buffer.data(), kSize, kTag, mh, &request));
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, buffer.data(), size, kTag, mh, &request));
       ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
     }
     ASSERT_TRUE(peer.channel->wait());
@@ -233,30 +234,47 @@ TEST(Eager, SmallReceivesPostedFirstAreFilledWithoutADescriptor) {
     void* mh;
     ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
     ASSERT_NO_FATAL_FAILURE(warmUpRecv(peer, comm, buffer.data(), mh));
-    uint64_t before = 0;
-    bool counted = efaRulesWrittenHere(&before);
-    for (int m = 0; m < kMessages; ++m) {
+    before(peer);
+    for (int m = 0; m < messages; ++m) {
       fillSentinel(buffer.data(), buffer.size());
       void* request;
-      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data(), kSize, kTag, mh, &request));
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data(), size, kTag, mh, &request));
       ASSERT_TRUE(peer.channel->signal());
-      int size = -1;
-      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
-      ASSERT_EQ(size, kSize) << "message " << m;
-      ASSERT_TRUE(verifyPattern(buffer.data(), kSize, m)) << "message " << m;
-      ASSERT_TRUE(verifySentinel(buffer.data() + kSize, buffer.size() - kSize)) << "message " << m;
+      int got = -1;
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &got));
+      ASSERT_EQ(got, size) << "message " << m;
+      ASSERT_TRUE(verifyPattern(buffer.data(), static_cast<size_t>(size), m)) << "message " << m;
+      ASSERT_TRUE(verifySentinel(buffer.data() + size, buffer.size() - static_cast<size_t>(size)))
+          << "message " << m;
     }
-    uint64_t after = 0;
-    if (counted && efaRulesWrittenHere(&after)) {
-      EXPECT_LT(after - before, uint64_t{kMessages} * 64 / 4)
-          << "the receiver wrote a descriptor for its small receives";
-    }
+    after(peer);
     ASSERT_TRUE(peer.channel->signal());
     dereg(peer, comm, mh);
     closeRecv(peer, comm);
     closeListen(peer, listen);
   };
   runTwoProcesses(sender, receiver, 120);
+}
+
+// A receive no larger than an eager entry, posted before its message, is not described (the
+// first one after the grant is, and tells the sender so): the message fills it eagerly, one
+// write instead of two. On the EFA-rules provider the receiver's RMA bytes show it: a
+// descriptor is 64 bytes a message, credits 32 bytes every 8 messages.
+TEST(Eager, SmallReceivesPostedFirstAreFilledWithoutADescriptor) {
+  if (skipUnlessRdma()) GTEST_SKIP() << "the eager path is the rdma protocol's";
+  constexpr int kMessages = 200;
+  uint64_t before = 0;
+  bool counted = false;
+  receivesPostedFirst(
+      kMessages, 64, std::chrono::milliseconds(0),
+      [&](Peer&) { counted = efaRulesWrittenHere(&before); },
+      [&](Peer&) {
+        uint64_t after = 0;
+        if (counted && efaRulesWrittenHere(&after)) {
+          EXPECT_LT(after - before, uint64_t{kMessages} * 64 / 4)
+              << "the receiver wrote a descriptor for its small receives";
+        }
+      });
 }
 
 // An undescribed small receive whose message is larger than an eager entry: nothing fills it
@@ -326,54 +344,15 @@ TEST(Eager, ALargerSendIntoAnUndescribedReceiveFailsAtTheSender) {
 // kLateDescribesToGiveUp) the receiver describes every receive, and says so at INFO.
 TEST(Eager, ASenderThatNeverGoesEagerlyEndsTheUndescribedReceives) {
   if (skipUnlessRdma()) GTEST_SKIP() << "the eager path is the rdma protocol's";
-  constexpr int kMessages = 12, kSize = 64;
-  auto sender = [&](Peer& peer) {
-    void* comm;
-    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    HostBuffer buffer(4096);
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
-    ASSERT_NO_FATAL_FAILURE(warmUpSend(peer, comm, buffer.data(), mh));
-    for (int m = 0; m < kMessages; ++m) {
-      ASSERT_TRUE(peer.channel->wait());
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      fillPattern(buffer.data(), kSize, m);
-      void* request;
-      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, buffer.data(), kSize, kTag, mh, &request));
-      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
-    }
-    ASSERT_TRUE(peer.channel->wait());
-    dereg(peer, comm, mh);
-    closeSend(peer, comm);
-  };
-  auto receiver = [&](Peer& peer) {
-    void *listen, *comm;
-    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    HostBuffer buffer(kSlotBytes);
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
-    ASSERT_NO_FATAL_FAILURE(warmUpRecv(peer, comm, buffer.data(), mh));
-    for (int m = 0; m < kMessages; ++m) {
-      fillSentinel(buffer.data(), buffer.size());
-      void* request;
-      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data(), kSize, kTag, mh, &request));
-      ASSERT_TRUE(peer.channel->signal());
-      int size = -1;
-      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
-      ASSERT_EQ(size, kSize) << "message " << m;
-      ASSERT_TRUE(verifyPattern(buffer.data(), kSize, m)) << "message " << m;
-    }
-    bool said = false;
-    for (const std::string& line : peer.infoTexts()) {
-      said |= line.find("every receive is described from now on") != std::string::npos;
-    }
-    EXPECT_TRUE(said) << "the receiver kept leaving its receives undescribed";
-    ASSERT_TRUE(peer.channel->signal());
-    dereg(peer, comm, mh);
-    closeRecv(peer, comm);
-    closeListen(peer, listen);
-  };
-  runTwoProcesses(sender, receiver, 120);
+  receivesPostedFirst(
+      12, 64, std::chrono::milliseconds(20), [](Peer&) {},
+      [](Peer& peer) {
+        bool said = false;
+        for (const std::string& line : peer.infoTexts()) {
+          said |= line.find("every receive is described from now on") != std::string::npos;
+        }
+        EXPECT_TRUE(said) << "the receiver kept leaving its receives undescribed";
+      });
 }
 
 // Sends and receives on two tags, up to 8 of each side in flight, the receiver pausing at random

@@ -366,9 +366,8 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   }
   auto* entries =
       reinterpret_cast<BufferDescriptor*>(state.staging->data + rdma::entryOffset(slot));
-  bool announce = false;
-  bool undescribed = rdma::receiveUndescribed(state, count, sizes[0],
-                                              handles != nullptr ? handles[0] : nullptr, &announce);
+  bool small =
+      rdma::eagerFillable(state, count, sizes[0], handles != nullptr ? handles[0] : nullptr);
   uint64_t sizes64[rdma::kGroup];
   core::MemoryHandle* described[rdma::kGroup] = {};
   // Buffers whose eager message is here already: nothing is described for them.
@@ -434,18 +433,21 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     if (described[i] != nullptr) core::beginUse(described[i]);
     state.chunkOf(slot)->handles[slot % RecvState::kSlotsPerChunk][i] = described[i];
   }
-  if (undescribed && settled == 0) {
+  if (small && state.eagerAheadSaid && settled == 0) {
     // Its message comes eagerly (staged here in case it must be described late: onWaiting).
     state.undescribed |= 1u << slot;
     return abi::kSuccess;
   }
-  if (announce) entries[0].flags |= rdma::kEagerAhead;
+  // The first small receive tells the sender that the next ones go undescribed; any other ends
+  // that run.
+  if (small) entries[0].flags |= rdma::kEagerAhead;
   abi::Result result = writeDescriptors(comm, state, slot, static_cast<uint32_t>(count));
   if (result != abi::kSuccess) {
     state.release(slot);
     request.remaining = 0;
     return result;
   }
+  state.eagerAheadSaid = small;
   for (int i = 0; i < count && settled > 0; ++i) {
     if (eager[i] == rdma::kEagerEntries) continue;
     rdma::deliverEager(comm, state, request, static_cast<uint32_t>(i), eager[i],

@@ -214,20 +214,10 @@ void grantEager(core::RecvComm& comm, RecvState& state) {
   sendCredits(comm, state);
 }
 
-bool receiveUndescribed(RecvState& state, int count, size_t size, const core::MemoryHandle* handle,
-                        bool* announce) {
-  *announce = false;
-  bool small = count == 1 && state.bounce.held() && !state.describeAll &&
-               size <= state.bouncePayload &&
-               (handle == nullptr || handle->type == memory::MemType::kHost);
-  if (!small) {
-    state.eagerAheadSaid = false;
-    return false;
-  }
-  if (state.eagerAheadSaid) return true;
-  state.eagerAheadSaid = true;
-  *announce = true;
-  return false;
+bool eagerFillable(const RecvState& state, int count, size_t size,
+                   const core::MemoryHandle* handle) {
+  return count == 1 && state.bounce.held() && !state.describeAll && size <= state.bouncePayload &&
+         (handle == nullptr || handle->type == memory::MemType::kHost);
 }
 
 void deliverEager(core::RecvComm& comm, RecvState& state, core::Request& request, uint32_t index,

@@ -286,11 +286,11 @@ int voidsPending(const SendState& state);
 
 // Receiver. The first message received takes the bounce area and grants its entries.
 void grantEager(core::RecvComm& comm, RecvState& state);
-// Whether a receive of `count` buffers may wait for its message without describing it: one host
-// buffer that fits a bounce entry, once the sender was told (kEagerAhead). Sets `announce` when
-// this receive is described with kEagerAhead to tell it.
-bool receiveUndescribed(RecvState& state, int count, size_t size, const core::MemoryHandle* handle,
-                        bool* announce);
+// Whether a receive of `count` buffers can be filled by an eager message instead of its
+// descriptor: one host buffer that fits a bounce entry. Such a receive goes undescribed once the
+// sender was told so (RecvState::eagerAheadSaid).
+bool eagerFillable(const RecvState& state, int count, size_t size,
+                   const core::MemoryHandle* handle);
 // Copies the message in bounce `entry` into buffer `index` of `request` (memcpy, or an RDMA
 // read into GPU memory, which completes the buffer later) and frees the entry.
 void deliverEager(core::RecvComm& comm, RecvState& state, core::Request& request, uint32_t index,

@@ -53,14 +53,9 @@ void DataComm::releaseRegistration(Request& request) {
   request.heldRegistration = nullptr;
 }
 
-bool DataComm::nextSequence(int tag, uint32_t* seq) {
-  int64_t next = sequences_.next(tag);
-  if (next < 0) {
-    NNF_WARN("comm %u carries more than %zu distinct NCCL tags", id(), sequences_.capacity());
-    return false;
-  }
-  *seq = static_cast<uint32_t>(next);
-  return true;
+bool DataComm::tooManyTags() {
+  NNF_WARN("comm %u carries more than %zu distinct NCCL tags", id(), sequences_.capacity());
+  return false;
 }
 
 void DataComm::setPeerIdentity(uint32_t pid, uint64_t hostId) {

@@ -34,7 +34,12 @@ class DataComm : public Comm {
   SequenceTable& sequences() { return sequences_; }
   // The next sequence number of `tag` on this comm; false (with a WARN) when the comm already
   // carries as many distinct tags as it can.
-  bool nextSequence(int tag, uint32_t* seq);
+  bool nextSequence(int tag, uint32_t* seq) {
+    int64_t next = sequences_.next(tag);
+    if (next < 0) return tooManyTags();
+    *seq = static_cast<uint32_t>(next);
+    return true;
+  }
   fi_addr_t peer() const { return peer_; }
   // The peer on each rail both ends drive (a send comm learns them from the accept message;
   // rail 0 is peer()). Data may move on rails 0..rails()-1.
@@ -105,6 +110,7 @@ class DataComm : public Comm {
   void releaseRegistration(Request& request);
   void forgetInProtocol(Request& request);
   void checkStalledNow(Request& request);
+  bool tooManyTags();  // WARNs; false
   static constexpr uint32_t kStallCheckInterval = 64;
   uint32_t stallCheckCountdown_ = kStallCheckInterval;
   RequestPool& poolOf(const Request& request) { return pool_.owns(&request) ? pool_ : flushPool_; }

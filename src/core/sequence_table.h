@@ -14,10 +14,14 @@ class SequenceTable {
  public:
   explicit SequenceTable(size_t capacity, size_t initial = 8)
       : capacity_(roundUp(capacity)), slots_(std::min(roundUp(initial), roundUp(capacity))) {}
+  SequenceTable(const SequenceTable&) = delete;  // last_ points into slots_
+  SequenceTable& operator=(const SequenceTable&) = delete;
 
   // Returns the next sequence number for `tag` and advances it, or -1 when the table holds
   // `capacity` other tags already (the caller fails the operation with a clear error).
   int64_t next(int32_t tag) {
+    // A comm carries one tag in long runs (NCCL's peer rank): the last one answers most calls.
+    if (last_ != nullptr && last_->tag == tag) return last_->count++;
     for (;;) {
       size_t mask = slots_.size() - 1;
       for (size_t probe = 0, i = hash(tag) & mask; probe < slots_.size();
@@ -31,7 +35,10 @@ class SequenceTable {
           slot.tag = tag;
           ++used_;
         }
-        if (slot.tag == tag) return slot.count++;
+        if (slot.tag == tag) {
+          last_ = &slot;
+          return slot.count++;
+        }
       }
       if (slots_.size() >= capacity_) return -1;
       grow();
@@ -65,6 +72,7 @@ class SequenceTable {
   }
   static size_t hash(int32_t tag) { return static_cast<uint32_t>(tag) * 0x9e3779b1u >> 7; }
   void grow() {
+    last_ = nullptr;
     std::vector<Slot> old(slots_.size() * 2);
     old.swap(slots_);
     size_t mask = slots_.size() - 1;
@@ -78,6 +86,7 @@ class SequenceTable {
   size_t capacity_;
   size_t used_ = 0;
   std::vector<Slot> slots_;
+  Slot* last_ = nullptr;  // the slot next() answered last (reset when the table grows)
 };
 
 }  // namespace nnf::core

@@ -340,7 +340,7 @@ abi::Result Rdma::postSend(core::SendComm& comm, core::Request& request, void* d
                ? request.error
                : abi::kSuccess;
   }
-  if (rdma::sendEager(comm, state, request, tag, seq, handle)) {
+  if (size <= state.eagerMaxBytes && rdma::sendEager(comm, state, request, tag, seq, handle)) {
     return request.state == core::Request::State::kFailed ? request.error : abi::kSuccess;
   }
   op.tag = waitKey(tag, seq);

@@ -1,6 +1,7 @@
-#include <gtest/gtest.h>
-
 #include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
 
 #include "core/request.h"
 #include "core/sequence_table.h"
@@ -107,6 +108,18 @@ TEST(SequenceTable, GrowsFromSmallToItsCapacityKeepingCounts) {
     for (int tag = 0; tag < 256; ++tag) EXPECT_EQ(table.next(tag * 7919), round) << tag;
   }
   EXPECT_EQ(table.next(-1), -1) << "a 257th tag";
+}
+
+TEST(SequenceTable, RunsOfOneTagAcrossGrowthKeepCounting) {
+  // next() answers a repeated tag from the slot it used last; growing moves every slot.
+  SequenceTable table(64, 2);
+  std::vector<int64_t> expected(40, 0);
+  for (int tag = 0; tag < 40; ++tag) {
+    for (int run = 0; run < 3; ++run) EXPECT_EQ(table.next(tag), expected[tag]++) << tag;
+    EXPECT_EQ(table.next(0), expected[0]++) << "tag 0 after tag " << tag;
+    EXPECT_EQ(table.next(tag), expected[tag]++) << tag;
+  }
+  EXPECT_EQ(table.peek(7), expected[7]);
 }
 
 TEST(SequenceTable, CollidingTagsStayDistinct) {

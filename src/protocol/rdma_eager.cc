@@ -107,6 +107,15 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
   if (size > state.eagerMaxBytes || !eagerOpen(state)) return false;
   // Without a registration the message can go only where the provider needs no descriptor.
   if (handle == nullptr && size > 0 && device.rail().needsLocalRegistration()) return false;
+  if (!state.voids) {
+    // Its descriptor may cross it: the void writes are taken by the comm's first eager send
+    // (once; a comm that never sends eagerly, most of 10,000 idle ones, holds none).
+    state.voids.reset(new (std::nothrow) VoidWrites);
+    if (!state.voids) {
+      state.eagerMaxBytes = 0;
+      return false;
+    }
+  }
   uint32_t entry;
   if (!state.credits.take(&entry)) return false;
   EagerHeader* header = headerStaging(state, entry);
@@ -165,9 +174,6 @@ void onCredits(core::SendComm& comm, SendState& state, uint32_t freedMod256) {
     memcpy(&state.grant, state.ring->data + kGrantOffset, sizeof(state.grant));
     state.eagerMaxBytes = std::min<size_t>(comm.device().eagerMaxBytes(), state.grant.payload);
     if (state.grant.entries != kEagerEntries) state.eagerMaxBytes = 0;  // not ours to guess
-    // Eager sends need void writes (their descriptors may cross): taken now, not mid-stream.
-    if (state.eagerMaxBytes > 0) state.voids.reset(new (std::nothrow) VoidWrites);
-    if (!state.voids) state.eagerMaxBytes = 0;
   }
   state.credits.onCredits(freedMod256);
 }

@@ -47,8 +47,8 @@ class ArenaSlot {
 };
 
 // The sender's side: the ring the receiver writes descriptors into, and the matching table.
-// Void writes (see rdma_eager.h), taken with the eager grant: a few operations, and the voids
-// owed per slot (a bit per buffer) that wait for one of them.
+// Void writes (see rdma_eager.h), taken by the comm's first eager send: a few operations, and
+// the voids owed per slot (a bit per buffer) that wait for one of them.
 struct VoidWrites {
   static constexpr size_t kOps = 4;
   core::Operation ops[kOps];

@@ -476,6 +476,7 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
     if (state.eagerMaxBytes > 0 && (state.descriptorGroups++ & 7) == 0) {
       state.lastDescriptorNs = core::nowNs();
     }
+    state.matcher.expectGroup(imm.count);
     bool wasAhead = state.eagerAhead;
     state.eagerAhead = (entries[0].flags & rdma::kEagerAhead) != 0;
     for (uint32_t i = 0; i < imm.count; ++i) {

@@ -42,13 +42,23 @@ class SendMatcher {
   // The descriptor table cannot outgrow its bound: the receiver describes at most kSlots
   // groups at once. Waiting sends need no table: they are linked through their own storage.
   static constexpr size_t kMaxEntries = size_t{kSlots} * kGroup;
+  // Receives of one buffer each describe at most one a slot.
+  static constexpr size_t kSingleEntries = kSlots;
 
-  // The table is reserved in full by the matcher's first use, a waiting send or an early
-  // descriptor (an idle comm holds none), so that the data path never allocates whichever side
-  // runs ahead later (allocation_test under load).
+  // The table is reserved by the matcher's first use, a waiting send or an early descriptor (an
+  // idle comm holds none): one entry a slot, and the whole bound once a group of several
+  // buffers comes (expectGroup), so that the data path never allocates whichever side runs
+  // ahead later (allocation_test under load). Most comms never see a group: 256 bytes, not 2 KiB
+  // (scale_test's 10,000 comms).
   void addDescriptor(const Arrived& arrived) {
     reserveOnce();
+    // Stale descriptors (their receives given up) may exceed one a slot: the table grows once.
+    if (descriptors_.size() == descriptors_.capacity()) descriptors_.reserve(kMaxEntries);
     descriptors_.push_back(arrived);
+  }
+  // A group of `count` buffers is being read: several take the whole bound, once.
+  void expectGroup(uint32_t count) {
+    if (count > 1 && descriptors_.capacity() < kMaxEntries) descriptors_.reserve(kMaxEntries);
   }
   // The descriptor for (tag, seq), removed from the table; false when it has not arrived.
   bool takeDescriptor(int32_t tag, uint16_t seq, Arrived* out) {
@@ -114,7 +124,7 @@ class SendMatcher {
 
  private:
   void reserveOnce() {
-    if (descriptors_.capacity() == 0) descriptors_.reserve(kMaxEntries);
+    if (descriptors_.capacity() == 0) descriptors_.reserve(kSingleEntries);
   }
   // Few entries wait at a time: a linear search beats hashing.
   std::vector<Arrived> descriptors_;

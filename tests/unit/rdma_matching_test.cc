@@ -83,8 +83,22 @@ TEST(RdmaMatching, TablesHoldTheirBoundWithoutGrowing) {
   SendMatcher matcher;
   WaitLink first;
   matcher.addWaiting(&first, 0, 0);  // a first waiting send reserves the descriptor table too
-  const size_t reserved = matcher.capacity();
+  EXPECT_GE(matcher.capacity(), SendMatcher::kSingleEntries) << "one entry a slot at least";
   EXPECT_EQ(matcher.takeWaiting(0, 0), &first);
+  // Receives of one buffer: one descriptor a slot, without growing.
+  const size_t single = matcher.capacity();
+  for (size_t i = 0; i < SendMatcher::kSingleEntries; ++i) {
+    matcher.addDescriptor(Arrived{3, static_cast<uint16_t>(i), static_cast<uint8_t>(i), 0});
+  }
+  EXPECT_EQ(matcher.capacity(), single) << "single-buffer receives grew the table";
+  for (size_t i = 0; i < SendMatcher::kSingleEntries; ++i) {
+    Arrived out;
+    ASSERT_TRUE(matcher.takeDescriptor(3, static_cast<uint16_t>(i), &out));
+  }
+  // The first group takes the whole bound; nothing grows after it.
+  matcher.expectGroup(kGroup);
+  const size_t reserved = matcher.capacity();
+  EXPECT_GE(reserved, SendMatcher::kMaxEntries);
   matcher.addDescriptor(Arrived{0, 0, 0, 0});
   for (size_t i = 1; i < SendMatcher::kMaxEntries; ++i) {
     matcher.addDescriptor(Arrived{2, static_cast<uint16_t>(i), 0, 0});

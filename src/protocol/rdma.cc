@@ -58,6 +58,13 @@ bool descriptorWritesInFlight(RecvState& state) {
   return writing;
 }
 
+// The descriptors of `request` (its slot released) could not be written: no data will come for
+// it, so it fails as one of its buffers would (one WARN a comm).
+void failUndescribed(core::DataComm& comm, core::Request& request, int error) {
+  request.remaining = 1;
+  comm.onError(request.ops[0], error, 0, "writing the receive descriptors to the sender");
+}
+
 // A receive comm's own operation completed or failed: true when it was one (a descriptor write or
 // the close notice).
 bool onDescriptorWrite(core::DataComm& comm, RecvState& state, core::Operation& op, int error) {
@@ -71,10 +78,7 @@ bool onDescriptorWrite(core::DataComm& comm, RecvState& state, core::Operation& 
   if (error == 0) return true;
   core::Request* request = state.request(slot);
   state.release(slot);
-  if (request == nullptr || error == FI_ECANCELED) return true;
-  // No data will come for this request: it fails as one of its buffers would (one WARN a comm).
-  request->remaining = 1;
-  comm.onError(request->ops[0], error, 0, "writing the receive descriptors to the sender");
+  if (request != nullptr && error != FI_ECANCELED) failUndescribed(comm, *request, error);
   return true;
 }
 
@@ -340,7 +344,7 @@ abi::Result Rdma::postSend(core::SendComm& comm, core::Request& request, void* d
                ? request.error
                : abi::kSuccess;
   }
-  if (size <= state.eagerMaxBytes && rdma::sendEager(comm, state, request, tag, seq, handle)) {
+  if (rdma::mayGoEagerly(state, size) && rdma::sendEager(comm, state, request, tag, seq, handle)) {
     return request.state == core::Request::State::kFailed ? request.error : abi::kSuccess;
   }
   op.tag = waitKey(tag, seq);
@@ -622,8 +626,7 @@ void Rdma::onWaiting(core::DataComm& comm, core::Request& request, uint64_t wait
   abi::Result result = writeDescriptors(receiver, state, slot, state.progress(slot).groupSize());
   if (result == abi::kSuccess) return;
   state.release(slot);
-  request.remaining = 1;
-  comm.onError(request.ops[0], FI_EIO, 0, "writing the receive descriptors to the sender");
+  failUndescribed(comm, request, FI_EIO);
 }
 
 void Rdma::forget(core::DataComm& comm, core::Request& request) {

@@ -104,7 +104,6 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
   core::Operation& op = request.ops[0];
   size_t size = op.ignore;
   core::Device& device = comm.device();
-  if (size > state.eagerMaxBytes || !eagerOpen(state)) return false;
   // Without a registration the message can go only where the provider needs no descriptor.
   if (handle == nullptr && size > 0 && device.rail().needsLocalRegistration()) return false;
   if (!state.voids) {
@@ -218,12 +217,6 @@ void grantEager(core::RecvComm& comm, RecvState& state) {
                  static_cast<uint32_t>(state.bouncePayload), 0};
   state.creditWrite.owner = &comm;
   sendCredits(comm, state);
-}
-
-bool eagerFillable(const RecvState& state, int count, size_t size,
-                   const core::MemoryHandle* handle) {
-  return count == 1 && state.bounce.held() && !state.describeAll && size <= state.bouncePayload &&
-         (handle == nullptr || handle->type == memory::MemType::kHost);
 }
 
 void deliverEager(core::RecvComm& comm, RecvState& state, core::Request& request, uint32_t index,

@@ -271,9 +271,14 @@ inline bool eagerOpen(const SendState& state) {
          (state.eagerAhead || core::nowNs() - state.lastDescriptorNs >= kEagerQuietNs);
 }
 
-// Sender. Writes the send in `request` (its operation filled by postSend) into the next bounce
-// entry when the receiver granted one and the message fits: true when it went (the request
-// then says how), false when the send must wait for its descriptor.
+// Whether a send of `size` bytes may go eagerly now (sendEager's precondition).
+inline bool mayGoEagerly(const SendState& state, size_t size) {
+  return size <= state.eagerMaxBytes && eagerOpen(state);
+}
+
+// Sender. Writes the send in `request` (its operation filled by postSend; mayGoEagerly checked)
+// into the next bounce entry when one is free: true when it went (the request then says how),
+// false when the send must wait for its descriptor.
 bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, int32_t tag,
                uint16_t seq, core::MemoryHandle* handle);
 void onCredits(core::SendComm& comm, SendState& state, uint32_t freedMod256);
@@ -289,8 +294,11 @@ void grantEager(core::RecvComm& comm, RecvState& state);
 // Whether a receive of `count` buffers can be filled by an eager message instead of its
 // descriptor: one host buffer that fits a bounce entry. Such a receive goes undescribed once the
 // sender was told so (RecvState::eagerAheadSaid).
-bool eagerFillable(const RecvState& state, int count, size_t size,
-                   const core::MemoryHandle* handle);
+inline bool eagerFillable(const RecvState& state, int count, size_t size,
+                          const core::MemoryHandle* handle) {
+  return count == 1 && state.bounce.held() && !state.describeAll && size <= state.bouncePayload &&
+         (handle == nullptr || handle->type == memory::MemType::kHost);
+}
 // Copies the message in bounce `entry` into buffer `index` of `request` (memcpy, or an RDMA
 // read into GPU memory, which completes the buffer later) and frees the entry.
 void deliverEager(core::RecvComm& comm, RecvState& state, core::Request& request, uint32_t index,

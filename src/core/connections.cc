@@ -149,27 +149,33 @@ constexpr uint64_t kClosePeerCheckNs = 1000000;
 
 // Closes `comm` and returns once the provider holds none of its operations on the caller's
 // buffers: posted receives are cancelled, receives that already matched and sends complete (the
-// peer's own close drains what we sent). The wait ends early when the peer is found dead (it
-// sends and reads nothing more), and at the latest after `limitMs` (a live peer that stops
-// taking messages), with a WARN: the provider may then still touch those buffers.
-void closeAndWait(Device& device, Comm& comm, int64_t limitMs) {
+// peer's drains, kept going by its device's ProgressKeeper, take what we sent). The wait ends
+// early when the peer is found dead (it sends and reads nothing more). A live peer that takes
+// nothing more for `limitMs` (no operation of the comm ended meanwhile) ends it too, and the
+// close then fails: the provider may still touch those buffers, so they must not be freed.
+abi::Result closeAndWait(Device& device, Comm& comm, int64_t limitMs) {
   const uint32_t id = comm.id();
   const Comm::Kind kind = comm.kind();
   const uint64_t start = nowNs();
+  const uint64_t limitNs = static_cast<uint64_t>(limitMs) * 1000000;
   uint64_t nextCheck = start;
+  uint64_t lastMoveNs = start;
   bool gone = false;
   int left = 0;
   {
     std::lock_guard<fabric::DomainLock> lock(device.domainLock());
     device.closeComm(comm, /*hold=*/true);
+    left = comm.callerOpsInFlight();
   }
   for (;;) {
     {
       std::lock_guard<fabric::DomainLock> lock(device.domainLock());
       device.progress();
-      left = comm.callerOpsInFlight();
-      if (left == 0) break;
+      int nowLeft = comm.callerOpsInFlight();
       uint64_t now = nowNs();
+      if (nowLeft < left) lastMoveNs = now;  // the peer is taking what we have in flight
+      left = nowLeft;
+      if (left == 0) break;
       if (now >= nextCheck) {
         nextCheck = now + kClosePeerCheckNs;
         if (comm.peerGone()) {
@@ -180,7 +186,7 @@ void closeAndWait(Device& device, Comm& comm, int64_t limitMs) {
           break;
         }
       }
-      if (limitMs > 0 && now - start >= static_cast<uint64_t>(limitMs) * 1000000) break;
+      if (limitMs > 0 && now - lastMoveNs >= limitNs) break;
     }
     std::this_thread::yield();
   }
@@ -193,18 +199,22 @@ void closeAndWait(Device& device, Comm& comm, int64_t limitMs) {
   double ms = static_cast<double>(nowNs() - start) / 1e6;
   if (left == 0) {
     NNF_TRACE("comm %u closed in %.3f ms", id, ms);
-  } else if (gone) {
+    return abi::kSuccess;
+  }
+  if (gone) {
     NNF_INFO(abi::kLogSubsysNet,
              "comm %u closed after its peer died, %d operation(s) left to the provider (%.1f ms)",
              id, left, ms);
-  } else {
-    NNF_WARN(
-        "%s comm %u closed with %d operation(s) still held by the provider after %.0f ms "
-        "(NCCL_FABRIC_CLOSE_TIMEOUT_MS): their buffers must stay allocated",
-        kKindNames[static_cast<int>(kind)], id, left, ms);
+    return abi::kSuccess;
   }
+  NNF_WARN(
+      "closing %s comm %u failed: its peer is alive but took nothing for %lld ms "
+      "(NCCL_FABRIC_CLOSE_TIMEOUT_MS), and the provider still holds %d operation(s) on the "
+      "comm's buffers; they are unsafe to free. The comm is left to the device, which ends them "
+      "when the peer takes them or dies",
+      kKindNames[static_cast<int>(kind)], id, static_cast<long long>(limitMs), left);
+  return abi::kRemoteError;
 }
-
 }  // namespace
 
 abi::Result Plugin::closeListen(void* listenComm) {
@@ -215,8 +225,7 @@ abi::Result Plugin::closeListen(void* listenComm) {
   ListenComm* comm = checkComm<ListenComm>(listenComm, Comm::Kind::kListen, "closeListen");
   if (comm == nullptr) return abi::kInternalError;
   untrack(comm->handle());
-  closeAndWait(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
-  return abi::kSuccess;
+  return closeAndWait(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
 }
 
 abi::Result Plugin::closeSend(void* sendComm) {
@@ -227,8 +236,7 @@ abi::Result Plugin::closeSend(void* sendComm) {
   SendComm* comm = checkComm<SendComm>(sendComm, Comm::Kind::kSend, "closeSend");
   if (comm == nullptr) return abi::kInternalError;
   untrack(comm->handle());
-  closeAndWait(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
-  return abi::kSuccess;
+  return closeAndWait(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
 }
 
 abi::Result Plugin::closeRecv(void* recvComm) {
@@ -239,8 +247,7 @@ abi::Result Plugin::closeRecv(void* recvComm) {
   RecvComm* comm = checkComm<RecvComm>(recvComm, Comm::Kind::kRecv, "closeRecv");
   if (comm == nullptr) return abi::kInternalError;
   untrack(comm->handle());
-  closeAndWait(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
-  return abi::kSuccess;
+  return closeAndWait(comm->device(), *comm, config_->integer(config::Param::kCloseTimeoutMs));
 }
 
 }  // namespace nnf::core

@@ -161,6 +161,13 @@ void DataComm::onComplete(Operation& op, size_t length) {
     }
     return;
   }
+  if (op.type == OpType::kRecv && length > op.length) {
+    // Posted with room after the buffer: the rest of the message went there, and this receive
+    // alone fails, as the provider would have truncated it.
+    if (device().scratch() != nullptr) device().scratch()->landed(length - op.length);
+    onError(op, FI_ETRUNC, length - op.length, nullptr);
+    return;
+  }
   if (op.type == OpType::kWrite) {
     if (device().protocol().continueWrite(*this, op)) return;  // the next segment is posted
     op.transferred += op.length;

@@ -94,9 +94,24 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
   setLimits(leader, kControlReceives + drainedIds);
   controlChannel_ = std::make_unique<ControlChannel>(*this, kControlReceives);
   groupOps_ = std::make_unique<OpPool>(static_cast<size_t>(std::max(properties_.maxRecvs, 1)));
-  // shm hangs on a truncated message above 4 KiB: its drains take whole messages.
-  drains_ = std::make_unique<DrainPool>(*this, drainedIds,
-                                        provider_ == "shm" ? properties_.maxMessageBytes : 0);
+  // Where the provider must never truncate a receive, drains take whole messages and data
+  // receives get room after their buffers (one shared scratch area, address space only).
+  if (platform::receivesNeedOverflowRoom(provider_)) {
+    scratch_ = std::make_unique<ScratchArea>(properties_.maxMessageBytes);
+    if (scratch_->empty()) {
+      NNF_WARN("%s: no address space for the receives' overflow room; a send larger than its "
+               "receive may break the provider's connection to that peer",
+               properties_.name.c_str());
+      scratch_.reset();
+    }
+    size_t iovLimit = leader->rx_attr != nullptr ? leader->rx_attr->iov_limit : 0;
+    roomForReceives_ = scratch_ != nullptr && iovLimit >= 2;
+  }
+  drains_ = std::make_unique<DrainPool>(*this, drainedIds, scratch_.get());
+  // Late messages come within the close bound of their sender's close (10 s without one).
+  int64_t closeBoundMs = config.integer(config::Param::kCloseTimeoutMs);
+  keeper_ = std::make_unique<ProgressKeeper>(
+      *this, static_cast<uint64_t>(closeBoundMs > 0 ? closeBoundMs : 10000) * 1000000);
   memory_ = std::make_unique<MemoryRegistry>(
       *dataRegistrar, domainLock_, memory::MrCacheOptions::fromConfig(config), cuda_,
       properties_.ptrSupport, rmaRead_ ? FI_REMOTE_READ : 0, rail().needsLocalRegistration(),
@@ -212,6 +227,7 @@ void Device::openRails(const DeviceSpec& spec) {
 }
 
 Device::~Device() {
+  keeper_.reset();  // its thread progresses this device: it stops before anything goes
   // Registrations go before the domain, and the uses comms hold of them end first.
   for (auto& entry : comms_) entry.second->releaseRegistrations();
   // Close the endpoint before the comms whose operations it may still reference.
@@ -236,6 +252,11 @@ abi::Result Device::postNow(Operation& op, ssize_t* ret) {
       *ret = rail.tsend(op.buffer, op.length, op.desc, op.peer, op.tag, &op.context);
       break;
     case OpType::kRecv:
+      if (op.withRoom) {
+        *ret = rail.trecvWithRoom(op.buffer, op.length, op.desc, scratch_->data(),
+                                  scratch_->size(), op.tag, &op.context);
+        break;
+      }
       *ret =
           rail.trecv(op.buffer, op.length, op.desc, FI_ADDR_UNSPEC, op.tag, op.ignore, &op.context);
       break;
@@ -348,6 +369,7 @@ void Device::checkWaiting(Lane& lane) {
 }
 
 abi::Result Device::progress() {
+  keeper_->noteProgress();
   for (size_t r = 0; r < rails_.size(); ++r) {
     abi::Result result = readRail(r);
     if (result != abi::kSuccess) return result;
@@ -459,6 +481,7 @@ void Device::closeComm(Comm& comm, bool hold) {
   comm.close();
   comm.setHeld(hold);
   drains_->add(comm.id());
+  keeper_->wake();
   if (!hold && comm.inFlight() == 0) {
     destroyComm(comm);
   } else {

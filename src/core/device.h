@@ -23,6 +23,8 @@
 #include "core/op_pool.h"
 #include "core/op_queue.h"
 #include "core/operation.h"
+#include "core/progress_keeper.h"
+#include "core/scratch_area.h"
 #include "fabric/domain_lock.h"
 #include "fabric/rail.h"
 #include "memory/fabric_registrar.h"
@@ -154,6 +156,12 @@ class Device {
   void closeComm(Comm& comm, bool hold = false);
   void releaseClosed(Comm& comm);
   DrainPool& drains() { return *drains_; }
+  // Where the provider must never truncate a receive: the scratch area that takes what does not
+  // fit (null elsewhere), and whether data receives get it as room after their buffers.
+  ScratchArea* scratch() { return scratch_.get(); }
+  bool roomForReceives() const { return roomForReceives_; }
+  // Comms closed whose operations the provider still holds (or whose close waits on them).
+  size_t closingCount() const { return closing_.size(); }
   ControlChannel& controlChannel() { return *controlChannel_; }
   // Operations of grouped receives, in blocks of maxRecvs (single operations travel inline).
   OpPool& groupOps() { return *groupOps_; }
@@ -223,7 +231,11 @@ class Device {
   size_t eagerMaxBytes_ = 0;
   std::vector<uint8_t> injectScratch_;
   std::unique_ptr<ControlArena> eagerArena_;
+  std::unique_ptr<ScratchArea> scratch_;  // before the drains, which receive into it
+  bool roomForReceives_ = false;
   std::unique_ptr<DrainPool> drains_;
+  // Declared after everything progress() touches, so that its thread stops first.
+  std::unique_ptr<ProgressKeeper> keeper_;
   bool orderingOk_ = true;
   const memory::CudaDriver* cuda_ = nullptr;
   bool rmaRead_ = false;

@@ -1,7 +1,6 @@
 #include "core/drain_pool.h"
 
 #include <rdma/fi_errno.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 
@@ -11,27 +10,12 @@
 
 namespace nnf::core {
 
-namespace {
-// Large drained messages give their scratch pages back above this size.
-constexpr size_t kReleaseAbove = size_t{1} << 20;
-}  // namespace
-
-DrainPool::DrainPool(Device& device, size_t capacity, size_t bulkBytes)
-    : device_(device), capacity_(capacity) {
-  // Address space only: pages appear where a message lands and go back after it.
-  for (size_t size = bulkBytes; size >= kReleaseAbove && bulk_ == nullptr; size /= 2) {
-    void* area = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (area == MAP_FAILED) continue;
-    bulk_ = static_cast<uint8_t*>(area);
-    bulkBytes_ = size;
-  }
-}
+DrainPool::DrainPool(Device& device, size_t capacity, ScratchArea* scratch)
+    : device_(device), capacity_(capacity), scratch_(scratch) {}
 
 DrainPool::~DrainPool() {
   for (auto& [id, entry] : byId_) device_.controlArena().release(&entry->slot);
   for (auto& entry : stopping_) device_.controlArena().release(&entry->slot);
-  if (bulk_ != nullptr) munmap(bulk_, bulkBytes_);
 }
 
 void DrainPool::add(uint32_t id) {
@@ -42,14 +26,15 @@ void DrainPool::add(uint32_t id) {
     remove(oldest);
   }
   auto entry = std::make_unique<Entry>();
-  if (bulk_ == nullptr && !device_.controlArena().acquire(&entry->slot)) return;  // logged
+  bool shared = scratch_ != nullptr;
+  if (!shared && !device_.controlArena().acquire(&entry->slot)) return;  // logged
   entry->id = id;
   Operation& op = entry->op;
   op.owner = this;
   op.type = OpType::kRecv;
-  op.buffer = bulk_ != nullptr ? bulk_ : entry->slot.data;
-  op.length = bulk_ != nullptr ? bulkBytes_ : ControlSlot::kSize;
-  op.desc = bulk_ != nullptr ? nullptr : entry->slot.desc;
+  op.buffer = shared ? scratch_->data() : entry->slot.data;
+  op.length = shared ? scratch_->size() : ControlSlot::kSize;
+  op.desc = shared ? nullptr : entry->slot.desc;
   // The comm id bits must match; data or control, sequence number and NCCL tag may be anything.
   op.tag = uint64_t{id & tags::kMaxCommId} << tags::kCommIdShift;
   op.ignore = ~(uint64_t{tags::kMaxCommId} << tags::kCommIdShift);
@@ -104,9 +89,7 @@ void DrainPool::repost(Entry* entry) {
 
 void DrainPool::onComplete(Operation& op, size_t length) {
   Entry* entry = recordOf<Entry>(op);
-  if (bulk_ != nullptr && length > kReleaseAbove) {
-    madvise(bulk_, std::min(length, bulkBytes_), MADV_DONTNEED);
-  }
+  if (scratch_ != nullptr) scratch_->landed(length);
   if (!entry->active) {
     free(entry);
     return;

@@ -5,9 +5,9 @@
 // it (any sequence number, NCCL tag or control kind) into a small scratch buffer: a larger message
 // completes truncated, which frees it, and the receive is posted again.
 //
-// shm never reports the truncation of a message above 4 KiB (it spins in fi_cq_read), so there
-// every drain receive shares one scratch area as large as the largest message: address space
-// reserved without backing, whose pages are handed back after each large message.
+// Where the provider must never see a truncated receive (shm spins in fi_cq_read on a message
+// above 4 KiB; rxm over tcp in libfabric 1.x fails the connection every comm to that peer uses),
+// every drain receive shares the device's scratch area, as large as the largest message.
 //
 // The pool is bounded and first-in first-out: the oldest id stops being drained when the pool is
 // full, and an id stops being drained before it is handed to a new comm. Comm ids are handed out
@@ -24,6 +24,7 @@
 
 #include "core/control_arena.h"
 #include "core/operation.h"
+#include "core/scratch_area.h"
 
 namespace nnf::core {
 
@@ -31,9 +32,9 @@ class Device;
 
 class DrainPool final : public OperationOwner {
  public:
-  // `bulkBytes` > 0: receive into one shared scratch area of that size (no descriptor: host
-  // memory the provider needs no registration for), else into 256-byte control slots.
-  DrainPool(Device& device, size_t capacity, size_t bulkBytes = 0);
+  // `scratch` not null: receive into that shared area (no descriptor: host memory the provider
+  // needs no registration for), else into 256-byte control slots.
+  DrainPool(Device& device, size_t capacity, ScratchArea* scratch = nullptr);
   // The device closes its endpoint first: nothing posted here is touched again.
   ~DrainPool();
   DrainPool(const DrainPool&) = delete;
@@ -67,8 +68,7 @@ class DrainPool final : public OperationOwner {
 
   Device& device_;
   size_t capacity_;
-  uint8_t* bulk_ = nullptr;
-  size_t bulkBytes_ = 0;
+  ScratchArea* scratch_;
   std::deque<uint32_t> order_;  // ids in the order they were added (may hold removed ones)
   std::unordered_map<uint32_t, std::unique_ptr<Entry>> byId_;
   std::vector<std::unique_ptr<Entry>> stopping_;  // cancelled, completion pending

@@ -57,6 +57,9 @@ struct Operation {
   bool inFlight = false;     // handed to the provider, completion pending
   bool queued = false;       // waiting for a retry after -FI_EAGAIN
   uint8_t headerLength = 0;  // kWrite: bytes of `header` written before `buffer` (0: none)
+  // kRecv: posted with the device's scratch area after `buffer` (Device::overflowRoom), so the
+  // provider never truncates it; a completion longer than `length` is the overflow.
+  bool withRoom = false;
   void* buffer = nullptr;
   size_t length = 0;
   void* desc = nullptr;

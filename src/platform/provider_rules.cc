@@ -158,4 +158,8 @@ size_t truncationReportLimit(Family family) {
   return family == Family::kShm ? kShmInjectSize : 0;
 }
 
+bool receivesNeedOverflowRoom(const std::string& provName) {
+  return familyOf(provName) == Family::kShm || provName.find("ofi_rxm") != std::string::npos;
+}
+
 }  // namespace nnf::platform

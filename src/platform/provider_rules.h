@@ -113,4 +113,13 @@ bool wildcardReceivesSafe(Family family, uint32_t fiVersion);
 // by CMA/SAR (above its 4 KiB inject size) overflows. provider_quirks_test checks it.
 size_t truncationReportLimit(Family family);
 
+// Whether a receive smaller than its message harms more than that receive, so that tagged
+// receives must never be truncated by the provider: shm (the hang above), and rxm over tcp in
+// libfabric 1.x, which fails the connection that every comm to that peer shares (its tcp reads
+// straight into the posted buffer). There each data receive gets room after its buffer (the
+// device's scratch area as a second iov, host buffers) and the drains take whole messages; the
+// plugin then reports the overflow on that receive alone. `provName` is the full provider name
+// ("tcp;ofi_rxm"); isolation_test shows each case.
+bool receivesNeedOverflowRoom(const std::string& provName);
+
 }  // namespace nnf::platform

@@ -179,13 +179,12 @@ TEST_P(LinkDown, MidTransferIsAnErrorNotAHang) {
     EXPECT_NE(result.error, abi::kSuccess);
     EXPECT_GE(result.completed, sender ? 1 : 50);
     EXPECT_GE(peer.warnings(), 1) << "the failure was not explained by a WARN";
+    // Over a dead link the provider may still hold operations on the comm's buffers when the
+    // close bound ends: the close then fails rather than tell NCCL that it may free them.
     auto closing = Clock::now();
-    if (sender) {
-      EXPECT_EQ(peer.net->closeSend(comm), abi::kSuccess);
-    } else {
-      EXPECT_EQ(peer.net->closeRecv(comm), abi::kSuccess);
-      EXPECT_EQ(peer.net->closeListen(listen), abi::kSuccess);
-    }
+    int closed = sender ? peer.net->closeSend(comm) : peer.net->closeRecv(comm);
+    EXPECT_TRUE(closed == abi::kSuccess || closed == abi::kRemoteError) << closed;
+    if (!sender) EXPECT_EQ(peer.net->closeListen(listen), abi::kSuccess);
     EXPECT_LE(std::chrono::duration<double>(Clock::now() - closing).count(), closeBoundSec);
   };
 

@@ -1,0 +1,57 @@
+// Keeps a device progressing while nobody else does, for as long as closed comms may still owe
+// or be owed something. A comm's peer can only finish its close once our provider has consumed
+// what it sent (tcp holds a large message in the socket until a receive takes it; shm and efa
+// process incoming packets only when the endpoint is progressed). The drain receives that
+// consume those late messages run only when someone progresses the device: after the
+// application's last close, often nobody does (its ranks wait in a barrier for each other's
+// closes), and the peer's close would wait for ever. So once a comm closes, a thread of the
+// device's progresses it every millisecond in which no other thread did, until nothing is
+// closing and no late message arrived for the close bound (NCCL_FABRIC_CLOSE_TIMEOUT_MS); then
+// it sleeps until the next close.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+namespace nnf::core {
+
+class Device;
+
+class ProgressKeeper {
+ public:
+  // `idleNs`: how long after the last sign of activity the keeper stops.
+  ProgressKeeper(Device& device, uint64_t idleNs);
+  ~ProgressKeeper();  // stops the thread and waits for it
+  ProgressKeeper(const ProgressKeeper&) = delete;
+  ProgressKeeper& operator=(const ProgressKeeper&) = delete;
+
+  // A comm closed (device lock held): keep progressing from now on, starting the thread the
+  // first time.
+  void wake();
+  // Progress calls so far: the device counts its own, so that the keeper sees whether another
+  // thread progressed meanwhile (device lock held).
+  void noteProgress() { ++progressCalls_; }
+  bool running() const;
+
+ private:
+  void run();
+  // One turn under the device lock (taken without waiting): progresses unless another thread
+  // did since the last turn. False once there is nothing left to keep going.
+  bool turn();
+
+  Device& device_;
+  const uint64_t idleNs_;
+  uint64_t progressCalls_ = 0;  // device lock
+  uint64_t seenCalls_ = 0;      // keeper thread only
+  uint64_t seenActivity_ = 0;   // keeper thread only
+  uint64_t lastActivityNs_ = 0;  // keeper mutex
+  mutable std::mutex mutex_;
+  std::condition_variable wakeUp_;
+  bool active_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace nnf::core

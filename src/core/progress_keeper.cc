@@ -1,5 +1,7 @@
 #include "core/progress_keeper.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <system_error>
 
@@ -18,6 +20,13 @@ ProgressKeeper::ProgressKeeper(Device& device, uint64_t idleNs)
     : device_(device), idleNs_(idleNs) {}
 
 ProgressKeeper::~ProgressKeeper() {
+  if (thread_.joinable() && getpid() != ownerPid_) {
+    // A forked child (a data-loader worker) has no such thread, and its mutex may have been
+    // held at the fork: it must neither lock, join nor end a joinable std::thread, so the handle
+    // is left behind.
+    new std::thread(std::move(thread_));  // NOLINT: deliberately never destroyed
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -26,17 +35,13 @@ ProgressKeeper::~ProgressKeeper() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool ProgressKeeper::running() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return active_;
-}
-
 void ProgressKeeper::wake() {
   std::lock_guard<std::mutex> lock(mutex_);
   lastActivityNs_ = nowNs();
   active_ = true;
   if (!thread_.joinable()) {
     try {
+      ownerPid_ = getpid();
       thread_ = std::thread([this] { run(); });
     } catch (const std::system_error& error) {
       // Closes still work; a peer's close may then wait for our application to progress.

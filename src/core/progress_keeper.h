@@ -33,7 +33,6 @@ class ProgressKeeper {
   // Progress calls so far: the device counts its own, so that the keeper sees whether another
   // thread progressed meanwhile (device lock held).
   void noteProgress() { ++progressCalls_; }
-  bool running() const;
 
  private:
   void run();
@@ -47,10 +46,11 @@ class ProgressKeeper {
   uint64_t seenCalls_ = 0;      // keeper thread only
   uint64_t seenActivity_ = 0;   // keeper thread only
   uint64_t lastActivityNs_ = 0;  // keeper mutex
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::condition_variable wakeUp_;
   bool active_ = false;
   bool stop_ = false;
+  int ownerPid_ = 0;  // the process that started the thread
   std::thread thread_;
 };
 

@@ -31,6 +31,26 @@ Cq* cqOf(fid_cq* cq) {
   return reinterpret_cast<Cq*>(cq);
 }
 
+// A tagged receive posted with room (ep_data.cc, roomForReceive) completed: true, and EFA's
+// truncation error queued instead, when more came than the caller's buffer holds.
+bool truncated(Cq* cq, const Pending& item) {
+  auto it = cq->roomy.find(item.entry.op_context);
+  if (it == cq->roomy.end()) return false;
+  size_t length = it->second;
+  cq->roomy.erase(it);
+  if (item.entry.len <= length) return false;
+  fi_cq_err_entry error{};
+  error.op_context = item.entry.op_context;
+  error.flags = item.entry.flags;
+  error.len = length;
+  error.tag = item.entry.tag;
+  error.olen = item.entry.len - length;
+  error.err = FI_ETRUNC;
+  error.prov_errno = FI_ETRUNC;
+  cq->synthetic.push_back(error);
+  return true;
+}
+
 // Moves everything the base has into `pending`; remembers a base error entry for readerr.
 int drain(Cq* cq) {
   if (cq->baseError) return 0;
@@ -60,6 +80,7 @@ int drain(Cq* cq) {
       Pending item{};
       std::memcpy(&item.entry, bytes + i * cq->entrySize, cq->entrySize);
       item.source = sources[i];
+      if (!cq->roomy.empty() && (item.entry.flags & FI_RECV) != 0 && truncated(cq, item)) continue;
       cq->pending.push_back(item);
     }
     if (static_cast<size_t>(n) < kDrainBatch) return 0;
@@ -115,6 +136,7 @@ ssize_t readErr(fid_cq* f, fi_cq_err_entry* buf, uint64_t flags) {
   if (!cq->baseError) return -FI_EAGAIN;
   ssize_t ret = fi_cq_readerr(cq->base, buf, flags);
   if (ret != -FI_EAGAIN) cq->baseError = false;
+  if (ret == 1) cq->roomy.erase(buf->op_context);  // a cancelled or failed receive
   return ret;
 }
 

@@ -193,6 +193,9 @@ struct Cq {
   std::vector<Pending> pending;
   std::vector<fi_cq_err_entry> synthetic;  // our error completions, FIFO
   bool baseError = false;                  // the base reported -FI_EAVAIL
+  // Tagged receives posted with room after their buffers (see roomForReceive), by context: the
+  // length the caller asked for. A completion longer than that is EFA's truncation error.
+  std::map<void*, size_t> roomy;
   void pushError(void* context, uint64_t flags, int provErrno, int err = FI_EINVAL);
   void pushSuccess(void* context, uint64_t flags);  // a completion the base will not make
 };
@@ -254,5 +257,12 @@ void releaseDueWrites(Domain* domain);
 bool takeHeldCompletion(Domain* domain, void* context);
 void dropHeldWrites(Domain* domain);
 void installDataOps(Ep* ep);
+
+// EFA reports a message larger than its receive as FI_ETRUNC on that receive and goes on; the
+// bases do not (tcp's rxm in libfabric 1.x fails the connection every comm shares, shm never
+// completes a receive that a large message overflows). So every tagged receive goes to the base
+// with this scratch area as a last iov (address space only), and the CQ turns a completion
+// longer than the caller's buffer into EFA's truncation error (cq.cc).
+void* roomForReceive(size_t* length);
 
 }  // namespace efa_rules

@@ -1,6 +1,7 @@
 // The endpoint's data operations (msg, tagged, RMA): each post is checked against EFA's rules,
 // its descriptors translated to the base's, and forwarded. A broken rule turns the post into an
 // error completion (or -FI_EINVAL for an inject, which has no completion).
+#include <sys/mman.h>
 #include <sys/uio.h>
 
 #include <cstdio>
@@ -31,6 +32,22 @@ struct Post {
   const fi_rma_iov* rma = nullptr;  // RMA: the remote side, as the caller gave it
   size_t rmaCount = 0;
 };
+
+}  // namespace
+
+void* roomForReceive(size_t* length) {
+  // 1 GiB of address space, reserved once for the process and never backed for long.
+  static constexpr size_t kRoom = size_t{1} << 30;
+  static void* room = [] {
+    void* area = mmap(nullptr, kRoom, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return area == MAP_FAILED ? nullptr : area;
+  }();
+  *length = kRoom;
+  return room;
+}
+
+namespace {
 
 Ep* epOf(fid_ep* ep) {
   return reinterpret_cast<Ep*>(ep);
@@ -305,6 +322,36 @@ ssize_t injectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_add
 }
 
 // --- tagged
+// Posts a tagged receive to the base with the scratch room after the caller's iovs (see
+// roomForReceive), remembering the caller's length for the CQ.
+ssize_t postWithRoom(Ep* ep, const Post& post, void** bd, uint64_t flags) {
+  size_t roomLength = 0;
+  void* room = roomForReceive(&roomLength);
+  iovec iov[kMaxIov + 1];
+  void* desc[kMaxIov + 1];
+  size_t length = 0;
+  for (size_t i = 0; i < post.count; ++i) {
+    iov[i] = post.iov[i];
+    desc[i] = bd[i];
+    length += post.iov[i].iov_len;
+  }
+  size_t count = post.count;
+  if (room != nullptr && ep->rxCq != nullptr) {
+    iov[count] = {room, roomLength};
+    desc[count] = nullptr;
+    ++count;
+    std::lock_guard<std::mutex> guard(ep->rxCq->mutex);
+    ep->rxCq->roomy[post.context] = length;
+  }
+  fi_msg_tagged msg{iov, desc, count, post.addr, post.tag, post.ignore, post.context, 0};
+  ssize_t ret = fi_trecvmsg(ep->base, &msg, flags);
+  if (ret != 0 && count > post.count) {
+    std::lock_guard<std::mutex> guard(ep->rxCq->mutex);
+    ep->rxCq->roomy.erase(post.context);
+  }
+  return ret;
+}
+
 ssize_t trecv(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, uint64_t tag,
               uint64_t ignore, void* ctx) {
   Ep* ep = epOf(f);
@@ -313,7 +360,7 @@ ssize_t trecv(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, uint6
   ssize_t ret;
   Post post{Kind::kTagged, true, false, &iov, &desc, 1, tag, ignore, src, ctx, "fi_trecv"};
   if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_trecv(ep->base, buf, len, bd[0], src, tag, ignore, ctx));
+  return tally(ep, post, postWithRoom(ep, post, bd, 0));
 }
 ssize_t trecvv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src, uint64_t tag,
                uint64_t ignore, void* ctx) {
@@ -322,7 +369,7 @@ ssize_t trecvv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t
   ssize_t ret;
   Post post{Kind::kTagged, true, false, iov, desc, count, tag, ignore, src, ctx, "fi_trecvv"};
   if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_trecvv(ep->base, iov, bd, count, src, tag, ignore, ctx));
+  return tally(ep, post, postWithRoom(ep, post, bd, 0));
 }
 ssize_t trecvmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
   Ep* ep = epOf(f);
@@ -331,9 +378,13 @@ ssize_t trecvmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
   Post post{Kind::kTagged, true,        false,     msg->msg_iov, msg->desc,    msg->iov_count,
             msg->tag,      msg->ignore, msg->addr, msg->context, "fi_trecvmsg"};
   if (!admit(ep, post, bd, &ret)) return ret;
-  fi_msg_tagged copy = *msg;
-  copy.desc = bd;
-  return tally(ep, post, fi_trecvmsg(ep->base, &copy, flags));
+  // Peeks and claims name messages the base holds already: no room to add.
+  if ((flags & (FI_PEEK | FI_CLAIM)) != 0) {
+    fi_msg_tagged copy = *msg;
+    copy.desc = bd;
+    return tally(ep, post, fi_trecvmsg(ep->base, &copy, flags));
+  }
+  return tally(ep, post, postWithRoom(ep, post, bd, flags));
 }
 ssize_t tsend(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest, uint64_t tag,
               void* ctx) {

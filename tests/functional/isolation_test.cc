@@ -10,7 +10,9 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <rdma/fabric.h>
 
+#include "platform/provider_rules.h"
 #include "support/harness.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
@@ -180,6 +182,15 @@ class Isolation : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Isolation, AFaultOnOneCommLeavesTheOtherMoving) {
   const Fault fault = GetParam().fault;
+  bool lateMessages = fault == Fault::kPeerClosesWithSendsInFlight || fault == Fault::kLateMessages;
+  if (lateMessages && testProtocol() != "rdma" &&
+      !platform::wildcardReceivesSafe(platform::familyOf(testProvider()), fi_version())) {
+    // Messages for a closed comm stay unmatched with the provider there, and shm moves a pair's
+    // large messages through one queue: they hold up the healthy comm's (the abort tests skip
+    // for the same reason). rdma sends nothing a receiver did not ask for.
+    GTEST_SKIP() << "shm before libfabric 2.0 under sendrecv: closed comms are not drained "
+                    "(a wildcard receive makes it mismatch later messages; provider_quirks_test)";
+  }
   auto run = [fault](Peer& peer, bool sender) {
     void *faulty = nullptr, *healthy = nullptr, *listen = nullptr;
     if (sender) {

@@ -160,6 +160,8 @@ class Device {
   // fit (null elsewhere), and whether data receives get it as room after their buffers.
   ScratchArea* scratch() { return scratch_.get(); }
   bool roomForReceives() const { return roomForReceives_; }
+  // The library is being unloaded: the device's own thread stops (device lock not held).
+  void stopThreads() { keeper_->stop(); }
   // Comms closed whose operations the provider still holds (or whose close waits on them).
   size_t closingCount() const { return closing_.size(); }
   ControlChannel& controlChannel() { return *controlChannel_; }

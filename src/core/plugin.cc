@@ -21,6 +21,19 @@ namespace nnf::core {
 // NCCL's proxy threads may still call in while the process exits.
 Plugin* const Plugin::instance_ = new Plugin();
 
+namespace {
+// Runs when the library is unloaded (NCCL dlcloses its net plugin after the last comm) and at
+// exit: the devices' threads live in this library's code.
+struct ThreadsStopper {
+  ~ThreadsStopper() { Plugin::instance().stopThreads(); }
+} threadsStopper;
+}  // namespace
+
+void Plugin::stopThreads() {
+  std::lock_guard<std::mutex> lock(initMutex_);
+  for (auto& device : devices_) device->stopThreads();
+}
+
 bool Plugin::initialized() const {
   return initDone_ && initResult_ == abi::kSuccess;
 }

@@ -54,6 +54,10 @@ class Plugin {
 
   const config::Config* config() const { return config_ ? &*config_ : nullptr; }
 
+  // The library is being unloaded (dlclose, or the process exits): the devices' own threads end,
+  // so that none runs code that is about to be unmapped. The plugin itself stays (see instance_).
+  void stopThreads();
+
  private:
   Plugin() = default;
   static Plugin* const instance_;

@@ -1,5 +1,6 @@
 #include "core/progress_keeper.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -27,22 +28,28 @@ ProgressKeeper::~ProgressKeeper() {
     new std::thread(std::move(thread_));  // NOLINT: deliberately never destroyed
     return;
   }
+  stop();
+}
+
+void ProgressKeeper::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
   wakeUp_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable() && getpid() == ownerPid_) thread_.join();
 }
 
 void ProgressKeeper::wake() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (stop_) return;
   lastActivityNs_ = nowNs();
   active_ = true;
   if (!thread_.joinable()) {
     try {
       ownerPid_ = getpid();
       thread_ = std::thread([this] { run(); });
+      pthread_setname_np(thread_.native_handle(), "nnf-keeper");
     } catch (const std::system_error& error) {
       // Closes still work; a peer's close may then wait for our application to progress.
       active_ = false;

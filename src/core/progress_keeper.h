@@ -28,8 +28,11 @@ class ProgressKeeper {
   ProgressKeeper& operator=(const ProgressKeeper&) = delete;
 
   // A comm closed (device lock held): keep progressing from now on, starting the thread the
-  // first time.
+  // first time (named "nnf-keeper").
   void wake();
+  // Ends the thread for good (the library is being unloaded: its code must not run any more);
+  // later wakes do nothing. Device lock not held.
+  void stop();
   // Progress calls so far: the device counts its own, so that the keeper sees whether another
   // thread progressed meanwhile (device lock held).
   void noteProgress() { ++progressCalls_; }

@@ -32,8 +32,15 @@ PluginLibrary::PluginLibrary(const std::string& path, int version) : path_(path)
 }
 
 PluginLibrary::~PluginLibrary() {
-  // The plugin owns threads-free global state only; unloading at exit is unnecessary and
-  // would race with atexit handlers, so the library stays mapped.
+  // Unloading at exit is unnecessary and would race with atexit handlers: the library stays
+  // mapped unless unload() was called.
+}
+
+void PluginLibrary::unload() {
+  if (handle_ == nullptr) return;
+  dlclose(handle_);
+  handle_ = nullptr;
+  net_ = nullptr;
 }
 
 const char* resultName(abi::Result result) {

@@ -19,6 +19,9 @@ class PluginLibrary {
   PluginLibrary(const PluginLibrary&) = delete;
   PluginLibrary& operator=(const PluginLibrary&) = delete;
 
+  // What NCCL does after its last comm of the plugin: dlclose. net() is invalid afterwards.
+  void unload();
+
   const abi::NetV8& net() const { return *net_; }
   const std::string& path() const { return path_; }
   int version() const { return version_; }

@@ -25,7 +25,8 @@ DataComm::DataComm(Device& device, Kind kind, uint32_t id, size_t requests, OpPo
     : Comm(device, kind, id),
       pool_(this, requests, ops, inlineOps),
       flushPool_(this, kind == Kind::kRecv ? abi::kMaxRequests : 0, nullptr),
-      sequences_(kTagsPerComm) {
+      sequences_(kTagsPerComm, 8,
+                 static_cast<uint32_t>(device.config().integer(config::Param::kSequenceStart))) {
   peerCheckNs_ =
       static_cast<uint64_t>(device.config().integer(config::Param::kPeerCheckMs)) * 1000000;
   requestTimeoutNs_ =

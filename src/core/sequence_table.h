@@ -12,8 +12,12 @@ namespace nnf::core {
 
 class SequenceTable {
  public:
-  explicit SequenceTable(size_t capacity, size_t initial = 8)
-      : capacity_(roundUp(capacity)), slots_(std::min(roundUp(initial), roundUp(capacity))) {}
+  // `start`: every tag's first number (0; NCCL_FABRIC_SEQUENCE_START lets tests begin near the
+  // wrap of the bits the protocols carry).
+  explicit SequenceTable(size_t capacity, size_t initial = 8, uint32_t start = 0)
+      : capacity_(roundUp(capacity)),
+        start_(start),
+        slots_(std::min(roundUp(initial), roundUp(capacity))) {}
   SequenceTable(const SequenceTable&) = delete;  // last_ points into slots_
   SequenceTable& operator=(const SequenceTable&) = delete;
 
@@ -33,6 +37,7 @@ class SequenceTable {
           if (used_ == capacity_) return -1;
           slot.used = true;
           slot.tag = tag;
+          slot.count = start_;
           ++used_;
         }
         if (slot.tag == tag) {
@@ -45,16 +50,16 @@ class SequenceTable {
     }
   }
 
-  // The next sequence number of `tag` without taking it (0 for a tag never seen).
+  // The next sequence number of `tag` without taking it (the start for a tag never seen).
   uint32_t peek(int32_t tag) const {
     size_t mask = slots_.size() - 1;
     for (size_t probe = 0, i = hash(tag) & mask; probe < slots_.size();
          ++probe, i = (i + 1) & mask) {
       const Slot& slot = slots_[i];
-      if (!slot.used) return 0;
+      if (!slot.used) return start_;
       if (slot.tag == tag) return slot.count;
     }
-    return 0;
+    return start_;
   }
 
   size_t capacity() const { return capacity_; }
@@ -84,6 +89,7 @@ class SequenceTable {
     }
   }
   size_t capacity_;
+  uint32_t start_;
   size_t used_ = 0;
   std::vector<Slot> slots_;
   Slot* last_ = nullptr;  // the slot next() answered last (reset when the table grows)

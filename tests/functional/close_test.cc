@@ -83,37 +83,6 @@ void connectBoth(Peer& peer, Handle peerHandle, void* listen, void** sendComm, v
   }
 }
 
-// Keeps the device progressing from a thread of its own, as NCCL's other proxy threads (or the
-// comms of a restarted job) do after a close: the drain receives for closed comms run only when
-// the device progresses. Accept on a listener nobody connects to drives it.
-class Progressor {
- public:
-  explicit Progressor(Peer& peer) : peer_(peer) {
-    Handle handle;
-    listenOn(peer, &handle, &listen_);
-    thread_ = std::thread([this] {
-      while (!stop_) {
-        void* none = nullptr;
-        abi::NetDeviceHandleV8* devComm = nullptr;
-        EXPECT_EQ(peer_.net->accept(listen_, &none, &devComm), abi::kSuccess);
-        EXPECT_EQ(none, nullptr);
-        std::this_thread::yield();
-      }
-    });
-  }
-  ~Progressor() {
-    stop_ = true;
-    thread_.join();
-    closeListen(peer_, listen_);
-  }
-
- private:
-  Peer& peer_;
-  void* listen_ = nullptr;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
 struct Mode {
   const char* name;
   int threads;

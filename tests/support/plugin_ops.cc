@@ -198,6 +198,26 @@ void closeListen(Peer& peer, void* comm) {
   EXPECT_EQ(peer.net->closeListen(comm), abi::kSuccess);
 }
 
+Progressor::Progressor(Peer& peer) : peer_(peer) {
+  Handle handle;
+  listenOn(peer, &handle, &listen_);
+  thread_ = std::thread([this] {
+    while (!stop_) {
+      void* none = nullptr;
+      abi::NetDeviceHandleV8* devComm = nullptr;
+      EXPECT_EQ(peer_.net->accept(listen_, &none, &devComm), abi::kSuccess);
+      EXPECT_EQ(none, nullptr);
+      std::this_thread::yield();
+    }
+  });
+}
+
+Progressor::~Progressor() {
+  stop_ = true;
+  thread_.join();
+  closeListen(peer_, listen_);
+}
+
 void transferOnFreshPair(Peer& peer, uint8_t* out, uint8_t* in, int size, uint64_t message) {
   constexpr int kTag = 0x51;
   Handle handle;

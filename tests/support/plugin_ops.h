@@ -5,9 +5,11 @@
 // ASSERT_NO_FATAL_FAILURE.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "support/harness.h"
@@ -89,6 +91,24 @@ void waitAll(Peer& peer, const std::vector<void*>& requests, std::vector<int>* s
 void closeSend(Peer& peer, void* comm);
 void closeRecv(Peer& peer, void* comm);
 void closeListen(Peer& peer, void* comm);
+
+// Keeps the device progressing from a thread of its own while it lives, as NCCL's other proxy
+// threads (or the comms of a restarted job) do: an accept on a listener nobody connects to
+// drives it. For a process that waits on something else (the test channel) while its peer needs
+// it to progress (rdma: it reads the descriptors its peer wrote and answers them).
+class Progressor {
+ public:
+  explicit Progressor(Peer& peer);
+  ~Progressor();
+  Progressor(const Progressor&) = delete;
+  Progressor& operator=(const Progressor&) = delete;
+
+ private:
+  Peer& peer_;
+  void* listen_ = nullptr;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 // One message of `size` bytes from `out` to `in` through a fresh comm pair in this process,
 // the pair's whole life (listen, connect, register, send, receive, close): proves the plugin

@@ -119,6 +119,7 @@ const ShippedDefault kShippedDefaults[] = {
     {Param::kPeerCheckMs, "NCCL_FABRIC_PEER_CHECK_MS", "1000", 1000},
     // Healthy ranks wait for hours (checkpoints, evaluation): no request timeout unless asked.
     {Param::kRequestTimeoutS, "NCCL_FABRIC_REQUEST_TIMEOUT_S", "0", 0},
+    {Param::kSequenceStart, "NCCL_FABRIC_SEQUENCE_START", "0", 0},
 };
 
 TEST(ConfigLoad, ShippedDefaultsAreTheOnesWrittenHere) {

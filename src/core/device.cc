@@ -191,9 +191,12 @@ void Device::openRails(const DeviceSpec& spec) {
   platform::EndpointNeeds needs;
   needs.hmem = (leader->caps & FI_HMEM) != 0;
   needs.readFlush = spec.rmaRead;
-  // Data moves by RMA writes under rdma; messages (control, and data under sendrecv) are always
-  // there, and EFA applies the ordering option to every message.
+  // NCCL's LL128 lines travel as the protocol's data: RMA writes under rdma (eager messages
+  // included), tagged messages under sendrecv. Control messages carry none, so each endpoint asks
+  // only for the ordering of its protocol's data (libfabric 2.4 and later refuse EFA's
+  // message-ordering option outright: asking for it under rdma cost LL128 for nothing).
   needs.rmaWrite = spec.rdma;
+  needs.sendRecv = !spec.rdma;
   std::vector<platform::EndpointOption> options = platform::optionsFor(rules, needs);
   std::vector<fabric::EndpointSetting> settings;
   for (const platform::EndpointOption& option : options) {
@@ -222,7 +225,7 @@ void Device::openRails(const DeviceSpec& spec) {
              properties_.ptrSupport);
   }
   rmaRead_ = spec.rmaRead && !verdict.noReadFlush && !verdict.hostMemoryOnly;
-  orderingOk_ = !rules.unorderedDelivery || !verdict.protoSimple;
+  ll128Ok_ = !rules.unorderedDelivery || !verdict.noLL128;
   deliversInOrder_ = !rules.unorderedDelivery;
 }
 

@@ -98,9 +98,9 @@ class Device {
   fi_addr_t selfAddress() const { return selfAddress_; }
   // True for providers that only reach processes on this host (shm).
   bool localOnly() const { return localOnly_; }
-  // False when the provider delivers out of order and refused the 128-byte ordering options:
-  // NCCL must then run the Simple protocol.
-  bool orderingOk() const { return orderingOk_; }
+  // False when the provider delivers out of order and refused the 128-byte ordering option of
+  // the device's protocol: NCCL must then not run LL128 over it (LL and Simple are safe).
+  bool ll128Ok() const { return ll128Ok_; }
   // Buffers for connection set-up messages (with descriptors where the provider needs them).
   ControlArena& controlArena() { return *controlArena_; }
   // The rdma protocol's descriptor rings (null under sendrecv).
@@ -238,7 +238,7 @@ class Device {
   std::unique_ptr<DrainPool> drains_;
   // Declared after everything progress() touches, so that its thread stops first.
   std::unique_ptr<ProgressKeeper> keeper_;
-  bool orderingOk_ = true;
+  bool ll128Ok_ = true;
   const memory::CudaDriver* cuda_ = nullptr;
   bool rmaRead_ = false;
   memory::FlushSetting flushSetting_;

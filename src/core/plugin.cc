@@ -153,14 +153,14 @@ abi::Result Plugin::init(abi::Logger logger) {
     initResult_ = abi::kSystemError;
     return initResult_;
   }
-  // What the open devices really offer decides the rest: LL/LL128 and the topology file's gdr.
-  bool orderingOk = true;
+  // What the open devices really offer decides the rest: LL128 and the topology file's gdr.
+  bool ll128Ok = true;
   bool gdr = true;
   for (const auto& device : devices_) {
-    orderingOk = orderingOk && device->orderingOk();
+    ll128Ok = ll128Ok && device->ll128Ok();
     gdr = gdr && (device->properties().ptrSupport & abi::kPtrCuda) != 0;
   }
-  platform::applyProto(platform::decideProto(orderingOk, getenv("NCCL_PROTO")));
+  platform::applyProto(platform::decideProto(ll128Ok, getenv("NCCL_PROTO")));
   exportTopology(plan, gdr, carryingRails);
   NNF_INFO(abi::kLogSubsysInit, "using provider %s (version %u.%u), protocol %s, %zu device(s)",
            provider_.c_str(), FI_MAJOR(choice.providerVersion), FI_MINOR(choice.providerVersion),

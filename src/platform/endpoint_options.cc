@@ -14,8 +14,8 @@ OptionVerdict verdictOf(const std::vector<OptionResult>& results) {
       case Refusal::kHostMemoryOnly:
         verdict.hostMemoryOnly = true;
         break;
-      case Refusal::kProtoSimple:
-        verdict.protoSimple = true;
+      case Refusal::kNoLL128:
+        verdict.noLL128 = true;
         break;
       case Refusal::kNoReadFlush:
         verdict.noReadFlush = true;
@@ -32,9 +32,9 @@ const char* costOf(Refusal refusal) {
     case Refusal::kHostMemoryOnly:
       return "GPU buffers are not offered (host memory only); use a libfabric that supports it "
              "(EFA installer 1.20+) to get GPUDirect RDMA back";
-    case Refusal::kProtoSimple:
-      return "NCCL must run the Simple protocol (NCCL_PROTO=Simple); update libfabric / the EFA "
-             "driver for LL/LL128";
+    case Refusal::kNoLL128:
+      return "NCCL must not run LL128 over this network (LL and Simple stay); an EFA device "
+             "and libfabric whose queues order 128-byte blocks bring it back";
     case Refusal::kNoReadFlush:
       return "GPUDirect flushes do not use RDMA reads (cuFlushGPUDirectRDMAWrites instead, where "
              "the driver has it)";

@@ -14,7 +14,7 @@ struct OptionResult {
 
 struct OptionVerdict {
   bool hostMemoryOnly = false;
-  bool protoSimple = false;
+  bool noLL128 = false;
   bool noReadFlush = false;
 };
 

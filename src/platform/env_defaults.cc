@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "log/log.h"
 
@@ -21,36 +22,27 @@ void applyEnvDefaults(const ProviderRules& rules) {
   }
 }
 
-namespace {
-
-// NCCL_PROTO is a list ("Simple", "LL,LL128", "^LL128"); any mention of LL without a leading
-// '^' may enable a low-latency protocol.
-bool mayEnableLowLatency(const char* proto) {
-  if (proto[0] == '^') return false;
-  for (const char* p = proto; (p = strstr(p, "LL")) != nullptr; p += 2) {
-    if (p == proto || p[-1] == ',' || p[-1] == ' ') return true;
-  }
-  return false;
-}
-
-}  // namespace
-
-ProtoDecision decideProto(bool orderingOk, const char* userProto) {
+ProtoDecision decideProto(bool ll128Ok, const char* userProto) {
   ProtoDecision decision;
-  if (orderingOk) {
-    decision.message = "128-byte aligned delivery is in order: NCCL's LL/LL128 protocols are safe";
+  if (ll128Ok) {
+    decision.message = "128-byte aligned delivery is in order: NCCL's LL and LL128 protocols are safe";
     return decision;
   }
   if (userProto == nullptr || userProto[0] == '\0') {
-    decision.action = ProtoDecision::Action::kSetSimple;
+    decision.action = ProtoDecision::Action::kExcludeLL128;
     decision.message =
-        "the provider cannot guarantee 128-byte in-order delivery: setting NCCL_PROTO=Simple "
-        "(LL/LL128 would read torn data)";
-  } else if (mayEnableLowLatency(userProto)) {
+        "the provider cannot guarantee 128-byte in-order delivery of the protocol's data: setting "
+        "NCCL_PROTO=^LL128 (LL128 would read torn lines; LL and Simple stay). NCCL offers no "
+        "per-network protocol choice, so this applies to NVLink too; an EFA device whose queues "
+        "order 128-byte blocks (FI_OPT_EFA_*_IN_ORDER_ALIGNED_128_BYTES) brings LL128 back";
+  } else if (protoMayEnableLL128(userProto)) {
     decision.action = ProtoDecision::Action::kWarnUserSetting;
     decision.message = std::string("NCCL_PROTO=") + userProto +
-                       " enables LL/LL128, but the provider cannot guarantee 128-byte in-order "
-                       "delivery: data may be corrupted; use NCCL_PROTO=Simple";
+                       " enables LL128, but the provider cannot guarantee 128-byte in-order "
+                       "delivery: data may be corrupted; use NCCL_PROTO=^LL128";
+  } else {
+    decision.message = std::string("NCCL_PROTO=") + userProto +
+                       " keeps LL128 off, as the provider's unordered delivery needs";
   }
   return decision;
 }
@@ -60,8 +52,8 @@ void applyProto(const ProtoDecision& decision) {
     case ProtoDecision::Action::kNothing:
       if (!decision.message.empty()) NNF_INFO(abi::kLogSubsysInit, "%s", decision.message.c_str());
       return;
-    case ProtoDecision::Action::kSetSimple:
-      setenv("NCCL_PROTO", "Simple", 0);
+    case ProtoDecision::Action::kExcludeLL128:
+      setenv("NCCL_PROTO", "^LL128", 0);
       NNF_WARN("%s", decision.message.c_str());
       return;
     case ProtoDecision::Action::kWarnUserSetting:

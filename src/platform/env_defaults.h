@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "platform/nccl_proto.h"
 #include "platform/provider_rules.h"
 
 namespace nnf::platform {
@@ -11,15 +12,16 @@ namespace nnf::platform {
 // fi_getinfo: providers read their variables when libfabric initialises them.
 void applyEnvDefaults(const ProviderRules& rules);
 
-// LL/LL128 over an unordered provider without the in-order-128 guarantee can read torn data.
+// LL128 over an unordered provider without the in-order-128 guarantee can read torn lines; LL
+// cannot (each of its 8-byte words carries its own flag and lands whole).
 struct ProtoDecision {
-  enum class Action { kNothing, kSetSimple, kWarnUserSetting } action = Action::kNothing;
+  enum class Action { kNothing, kExcludeLL128, kWarnUserSetting } action = Action::kNothing;
   std::string message;
 };
-// Pure: `orderingOk` is false when some device lacks the guarantee; `userProto` is NCCL_PROTO
+// Pure: `ll128Ok` is false when some device lacks the guarantee; `userProto` is NCCL_PROTO
 // (null when unset).
-ProtoDecision decideProto(bool orderingOk, const char* userProto);
-// Logs the decision and sets NCCL_PROTO=Simple where it says so.
+ProtoDecision decideProto(bool ll128Ok, const char* userProto);
+// Logs the decision and sets NCCL_PROTO=^LL128 where it says so.
 void applyProto(const ProtoDecision& decision);
 
 }  // namespace nnf::platform

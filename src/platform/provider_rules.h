@@ -33,7 +33,9 @@ constexpr int kEfaWriteInOrderAligned128 = kEfaBase + 6;
 // What a provider refusing an option costs us.
 enum class Refusal {
   kHostMemoryOnly,  // GPU buffers would make the provider call CUDA from NCCL's proxy thread
-  kProtoSimple,     // no 128-byte ordering: LL/LL128 could read torn data
+  // No 128-byte ordering: LL128 could read torn lines. LL stays safe: its 8-byte flag-and-data
+  // words are each written whole, in any order.
+  kNoLL128,
   kNoReadFlush,     // the flush read could take the shared-memory path and flush nothing
 };
 

@@ -53,6 +53,7 @@ class EfaPlugin : public ::testing::Test {
     env_.set("NNF_EFA_RULES_REPORT", report_);
     env_.unset("NCCL_PROTO");
     env_.unset("NNF_EFA_RULES_REFUSE");
+    env_.unset("NNF_EFA_RULES_SENDRECV_ORDER");
     env_.unset("NNF_EFA_RULES_TAG_BITS");
   }
   void TearDown() override { unlink(report_.c_str()); }
@@ -149,19 +150,21 @@ void gpuTransfers(bool expectReadFlush) {
 
 // Init says what it decided: options set before enable, pointer support, DMA-BUF, the EFA
 // environment defaults, the protocol auto chose (rdma: this NIC writes by the device, as a p5's
-// does); nothing to warn about.
+// does); nothing to warn about. Under rdma LL128 travels in RMA writes only: the message-ordering
+// option, which libfabric 2.4 and later refuse (the stand-in too), is not asked for.
 TEST_F(EfaPlugin, InitSetsEveryEfaOptionAndSaysSo) {
   runOneProcess([](Peer& peer) {
     std::vector<std::string> info = peer.infoTexts();
     for (const char* line :
          {"set FI_OPT_CUDA_API_PERMITTED=false", "set FI_OPT_SHARED_MEMORY_PERMITTED=false",
-          "set FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES=true", "FI_EFA_USE_HUGE_PAGE",
-          "set FI_OPT_EFA_WRITE_IN_ORDER_ALIGNED_128_BYTES=true", "FI_EFA_FORK_SAFE", "efa rules",
-          "memory: DMA-BUF", "LL/LL128 protocols are safe", "RMA writes done by the device",
-          "protocol rdma", NNF_HAVE_FI_MR_DMABUF ? "ptrSupport=7" : "ptrSupport=3"}) {
+          "FI_EFA_USE_HUGE_PAGE", "set FI_OPT_EFA_WRITE_IN_ORDER_ALIGNED_128_BYTES=true",
+          "FI_EFA_FORK_SAFE", "efa rules", "memory: DMA-BUF", "LL and LL128 protocols are safe",
+          "RMA writes done by the device", "protocol rdma",
+          NNF_HAVE_FI_MR_DMABUF ? "ptrSupport=7" : "ptrSupport=3"}) {
       EXPECT_TRUE(anyContains(info, line)) << "no INFO line with '" << line << "':\n"
                                            << joined(info);
     }
+    EXPECT_FALSE(anyContains(info, "SENDRECV_IN_ORDER")) << joined(info);
     EXPECT_EQ(peer.props.ptrSupport & (abi::kPtrHost | abi::kPtrCuda),
               abi::kPtrHost | abi::kPtrCuda);
     EXPECT_EQ(getenv("NCCL_PROTO"), nullptr) << "ordering is guaranteed: LL/LL128 stay allowed";
@@ -270,27 +273,56 @@ TEST_F(EfaPlugin, EagerMessagesForGpuBuffersAreCopiedByTheNic) {
   EXPECT_TRUE(report().empty()) << "rules broken:\n" << joined(report());
 }
 
-// Without the in-order guarantee NCCL must run Simple: set where the user said nothing, and a
-// user's LL/LL128 choice is warned about (the provider then reports the torn-data risk).
-TEST_F(EfaPlugin, RefusedInOrderDeliveryMeansNcclProtoSimple) {
-  env_.set("NNF_EFA_RULES_REFUSE", "sendrecv_in_order_aligned_128_bytes");
+// Without the in-order guarantee of the protocol's data NCCL must not run LL128; LL and Simple
+// stay. Set where the user said nothing, once, naming the remedy; a user's LL128 is warned about
+// (the provider then reports the torn-data risk), a user's LL is not.
+TEST_F(EfaPlugin, RefusedWriteOrderingTurnsOffLL128Only) {
+  env_.set("NNF_EFA_RULES_REFUSE", "write_in_order_aligned_128_bytes");
   runOneProcess([](Peer& peer) {
     ASSERT_NE(getenv("NCCL_PROTO"), nullptr);
-    EXPECT_STREQ(getenv("NCCL_PROTO"), "Simple");
+    EXPECT_STREQ(getenv("NCCL_PROTO"), "^LL128");
     std::vector<std::string> warnings = peer.warningTexts();
-    EXPECT_TRUE(anyContains(warnings, "FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES"))
+    EXPECT_TRUE(anyContains(warnings, "FI_OPT_EFA_WRITE_IN_ORDER_ALIGNED_128_BYTES"))
         << joined(warnings);
-    EXPECT_TRUE(anyContains(warnings, "setting NCCL_PROTO=Simple")) << joined(warnings);
+    int said = 0;
+    for (const std::string& text : warnings) said += text.find("NCCL_PROTO=^LL128") != std::string::npos;
+    EXPECT_EQ(said, 1) << "one WARN naming what the plugin did: " << joined(warnings);
   });
   gpuTransfers(/*expectReadFlush=*/true);
-  EXPECT_TRUE(report().empty()) << "with NCCL_PROTO=Simple nothing is at risk:\n"
-                                << joined(report());
+  EXPECT_TRUE(report().empty()) << "with LL128 off nothing is at risk:\n" << joined(report());
 
   env_.set("NCCL_PROTO", "LL128");
   runOneProcess([](Peer& peer) {
     EXPECT_STREQ(getenv("NCCL_PROTO"), "LL128") << "the user's setting stays";
-    EXPECT_TRUE(anyContains(peer.warningTexts(), "NCCL_PROTO=LL128 enables LL/LL128"))
+    EXPECT_TRUE(anyContains(peer.warningTexts(), "NCCL_PROTO=LL128 enables LL128"))
         << joined(peer.warningTexts());
+  });
+  env_.set("NCCL_PROTO", "LL,Simple");
+  runOneProcess([](Peer& peer) {
+    EXPECT_STREQ(getenv("NCCL_PROTO"), "LL,Simple");
+    EXPECT_FALSE(anyContains(peer.warningTexts(), "NCCL_PROTO")) << joined(peer.warningTexts());
+  });
+}
+
+// Under sendrecv LL128 travels in tagged messages: the message-ordering option is asked for, and
+// its refusal (libfabric 2.4 and later, the stand-in's default) turns LL128 off, nothing more.
+TEST_F(EfaPlugin, SendRecvAsksForMessageOrderingAndItsRefusalTurnsOffLL128Only) {
+  env_.set("NCCL_FABRIC_PROTOCOL", "sendrecv");
+  runOneProcess([](Peer& peer) {
+    EXPECT_TRUE(anyContains(peer.warningTexts(), "FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES"))
+        << joined(peer.warningTexts());
+    EXPECT_FALSE(anyContains(peer.infoTexts(), "set FI_OPT_EFA_WRITE_IN_ORDER"))
+        << "sendrecv writes nothing by RMA";
+    EXPECT_STREQ(getenv("NCCL_PROTO"), "^LL128");
+  });
+  gpuTransfers(/*expectReadFlush=*/true);
+  EXPECT_TRUE(report().empty()) << joined(report());
+  env_.set("NNF_EFA_RULES_SENDRECV_ORDER", "1");  // a libfabric before 2.4
+  env_.unset("NCCL_PROTO");
+  runOneProcess([](Peer& peer) {
+    EXPECT_TRUE(anyContains(peer.infoTexts(), "set FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES"));
+    EXPECT_EQ(getenv("NCCL_PROTO"), nullptr);
+    EXPECT_EQ(peer.warnings(), 0) << joined(peer.warningTexts());
   });
 }
 

@@ -36,6 +36,10 @@ Config loadConfig() {
     config.emulatedWrite = std::strcmp(v, "1") == 0;
   }
   if (config.nics < 1 || config.nics > kMaxNics) config.nics = 1;
+  // libfabric 2.4 and later refuse EFA's message-ordering option on every device.
+  if (const char* v = env("NNF_EFA_RULES_SENDRECV_ORDER"); v == nullptr || std::strcmp(v, "1") != 0) {
+    config.refuse.insert("sendrecv_in_order_aligned_128_bytes");
+  }
   if (const char* v = env("NNF_EFA_RULES_REFUSE")) {
     std::stringstream list(v);
     std::string item;

@@ -62,6 +62,8 @@ void childEnv(const std::string& base) {
   setenv("NNF_EFA_RULES_BASE", base.c_str(), 1);
   setenv("NNF_EFA_RULES_REPORT", reportPath().c_str(), 1);
   unlink(reportPath().c_str());
+  // What the plugin sets where the message-ordering option is refused (the stand-in's default).
+  setenv("NCCL_PROTO", "^LL128", 1);
 }
 
 // Runs `body` in `n` forked children (index 0..n-1, with a socket to the other); true when all
@@ -125,7 +127,9 @@ void recvAll(int fd, void* data, size_t len) {
 
 struct Options {
   bool hmem = true;
-  bool cleanOptions = true;  // cuda/shm permitted false, both in-order-128 true, before enable
+  // cuda/shm permitted false, write in-order-128 true, before enable; the message option is
+  // refused (as libfabric 2.4+ does), so NCCL_PROTO excludes LL128 (childEnv)
+  bool cleanOptions = true;
   int nic = 0;               // the NIC (of NNF_EFA_RULES_NICS) whose domain to open
 };
 
@@ -191,7 +195,7 @@ struct Node {
     if (setup.cleanOptions) {
       REQUIRE(setBool(kOptCudaApiPermitted, false) == 0);
       REQUIRE(setBool(kOptSharedMemoryPermitted, false) == 0);
-      REQUIRE(setBool(kOptSendrecv128, true) == 0);
+      REQUIRE(setBool(kOptSendrecv128, true) == -FI_EOPNOTSUPP);
       REQUIRE(setBool(kOptWrite128, true) == 0);
     }
   }
@@ -592,8 +596,12 @@ TEST_P(EfaRules, ReadFromOwnAddressNeedsSharedMemoryOff) {
   }));
 }
 
-TEST_P(EfaRules, TransferWithoutInOrder128IsReportedUnlessSimple) {
-  for (const char* proto : {"", "Simple"}) {
+// The rule follows NCCL's reading of NCCL_PROTO: LL and Simple are safe without the ordering,
+// LL128 is not, and '^' forces on what it does not name.
+TEST_P(EfaRules, TransferWithoutInOrder128IsReportedWhereNcclMayRunLL128) {
+  for (const char* proto : {"", "Simple", "^LL128", "LL,Simple", "LL128", "^LL"}) {
+    const bool risky = *proto == '\0' || std::strcmp(proto, "LL128") == 0 ||
+                       std::strcmp(proto, "^LL") == 0;
     EXPECT_TRUE(runChildren(1, [&](int, int) {
       childEnv(GetParam());
       if (*proto != '\0')
@@ -610,20 +618,21 @@ TEST_P(EfaRules, TransferWithoutInOrder128IsReportedUnlessSimple) {
       std::vector<char> buf(64);
       fid_mr* mr = node.reg(buf.data(), buf.size(), FI_SEND | FI_RECV);
       fi_context2 ctx{};
+      // A receive is not where the rule looks (under rdma tagged receives are drains).
       REQUIRE(POST(node,
                    fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, 0, &ctx)) == 0);
-      if (*proto == '\0') {
-        expectViolation(node, node.waitError(), &ctx, 7, "ll128-order");
-        // Once per endpoint: the next post goes through.
-        REQUIRE(POST(node, fi_trecv(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, 0,
-                                    &ctx)) == 0);
-      }
       fi_context2 sendCtx{};
       REQUIRE(POST(node,
                    fi_tsend(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1, &sendCtx)) == 0);
+      if (risky) {
+        expectViolation(node, node.waitError(), &sendCtx, 7, "ll128-order");
+        // Once per endpoint: the next post goes through.
+        REQUIRE(POST(node, fi_tsend(node.ep, buf.data(), 64, fi_mr_desc(mr), node.self, 1,
+                                    &sendCtx)) == 0);
+      }
       node.waitOne();
       node.waitOne();
-      REQUIRE(node.violations() == (*proto == '\0' ? 1u : 0u));
+      REQUIRE(node.violations() == (risky ? 1u : 0u));
       fi_close(&mr->fid);
       node.close();
     }));
@@ -638,6 +647,7 @@ TEST_P(EfaRules, RefusedOptionsReturnNotSupported) {
   for (int i = 0; i < 4; ++i) {
     EXPECT_TRUE(runChildren(1, [&](int, int) {
       childEnv(GetParam());
+      setenv("NNF_EFA_RULES_SENDRECV_ORDER", "1", 1);  // only the named option refused
       setenv("NNF_EFA_RULES_REFUSE", names[i], 1);
       Node node;
       Options setup;
@@ -649,6 +659,24 @@ TEST_P(EfaRules, RefusedOptionsReturnNotSupported) {
       }
       node.close();
     })) << names[i];
+  }
+}
+
+// As libfabric 2.4 and later: the message-ordering option is refused by default, the write one
+// taken; NNF_EFA_RULES_SENDRECV_ORDER=1 brings the older behaviour back.
+TEST_P(EfaRules, MessageOrderingIsRefusedByDefault) {
+  for (const char* accept : {"", "1"}) {
+    EXPECT_TRUE(runChildren(1, [&](int, int) {
+      childEnv(GetParam());
+      if (*accept != '\0') setenv("NNF_EFA_RULES_SENDRECV_ORDER", accept, 1);
+      Node node;
+      Options setup;
+      setup.cleanOptions = false;
+      node.open(setup);
+      REQUIRE(node.setBool(kOptSendrecv128, true) == (*accept != '\0' ? 0 : -FI_EOPNOTSUPP));
+      REQUIRE(node.setBool(kOptWrite128, true) == 0);
+      node.close();
+    })) << "NNF_EFA_RULES_SENDRECV_ORDER=" << accept;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "efa_rules.h"
+#include "platform/nccl_proto.h"
 
 namespace efa_rules {
 namespace {
@@ -155,13 +156,17 @@ Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
               " reads from our own address while FI_OPT_SHARED_MEMORY_PERMITTED is not false";
     return Rule::kSharedMemoryRead;
   }
-  if (ep->hmem && !ep->ll128Reported && post.kind != Kind::kRead) {
+  // NCCL's LL128 lines travel as tagged sends (sendrecv) or RMA writes (rdma), checked where they
+  // are posted; untagged messages carry connection set-up and control only, and a tagged
+  // receive under rdma is a drain for a closed comm.
+  if (ep->hmem && !ep->ll128Reported && !post.recv &&
+      (post.kind == Kind::kWrite || post.kind == Kind::kTagged)) {
     int which = post.kind == Kind::kWrite ? 1 : 0;
     if (!ep->ll128Checked[which]) {
       ep->ll128Checked[which] = true;
       int option = which == 1 ? ep->options.write128 : ep->options.sendrecv128;
       const char* proto = std::getenv("NCCL_PROTO");
-      if (option != 1 && (proto == nullptr || std::strcmp(proto, "Simple") != 0)) {
+      if (option != 1 && (proto == nullptr || nnf::platform::protoMayEnableLL128(proto))) {
         ep->ll128Reported = true;
         *detail = std::string(post.op) + ": FI_OPT_EFA_" + (which == 1 ? "WRITE" : "SENDRECV") +
                   "_IN_ORDER_ALIGNED_128_BYTES not set while NCCL_PROTO is " +

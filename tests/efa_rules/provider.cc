@@ -16,7 +16,9 @@
 //   NNF_EFA_RULES_REFUSE    comma list of options whose setopt returns -FI_EOPNOTSUPP:
 //                           cuda_api_permitted, shared_memory_permitted, rnr_retry,
 //                           use_device_rdma, sendrecv_in_order_aligned_128_bytes,
-//                           write_in_order_aligned_128_bytes
+//                           write_in_order_aligned_128_bytes (some instance types refuse it)
+//   NNF_EFA_RULES_SENDRECV_ORDER  1: accept sendrecv_in_order_aligned_128_bytes, as libfabric
+//                           before 2.4 did (default: refused, as 2.4 and later do)
 //   NNF_EFA_RULES_NICS      EFA devices (NICs) to present, 1..8 (default 1): fi_getinfo lists
 //                           each base entry once per NIC, domain "efa-<base domain>-rdm" for NIC 0
 //                           (the name with one NIC) and "efa-<base domain>-rdm-<n>" for NIC n;
@@ -53,8 +55,9 @@
 //   5 cuda-api-permitted    fi_enable with FI_HMEM while FI_OPT_CUDA_API_PERMITTED is not false
 //   6 shared-memory-read    an RMA read from our own address while
 //                           FI_OPT_SHARED_MEMORY_PERMITTED is not false
-//   7 ll128-order           first transfer with FI_HMEM without the in-order-128 option of its
-//                           kind set to true while NCCL_PROTO is not "Simple" (once per endpoint)
+//   7 ll128-order           first tagged send or RMA write (what carries LL128 lines) on an FI_HMEM
+//                           endpoint without the in-order-128 option of its kind set to true while
+//                           NCCL_PROTO lets NCCL run LL128 (once per endpoint)
 //   8 dmabuf-range          a DMA-BUF registration whose base_addr + offset range is not device
 //                           memory by the CUDA driver
 //   9 wrong-domain          a post with a descriptor of an MR registered on another of our

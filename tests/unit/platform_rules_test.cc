@@ -103,7 +103,7 @@ TEST(EndpointOptions, EachRefusalCostsWhatItShould) {
   std::vector<OptionResult> results;
   for (const EndpointOption& option : optionsFor(efa, gpu)) results.push_back({option, 0});
   OptionVerdict clean = verdictOf(results);
-  EXPECT_FALSE(clean.hostMemoryOnly || clean.protoSimple || clean.noReadFlush);
+  EXPECT_FALSE(clean.hostMemoryOnly || clean.noLL128 || clean.noReadFlush);
 
   for (size_t refused = 0; refused < results.size(); ++refused) {
     std::vector<OptionResult> some = results;
@@ -112,8 +112,30 @@ TEST(EndpointOptions, EachRefusalCostsWhatItShould) {
     int optname = some[refused].option.optname;
     EXPECT_EQ(verdict.hostMemoryOnly, optname == opt::kCudaApiPermitted);
     EXPECT_EQ(verdict.noReadFlush, optname == opt::kSharedMemoryPermitted);
-    EXPECT_EQ(verdict.protoSimple, optname == opt::kEfaSendRecvInOrderAligned128);
+    EXPECT_EQ(verdict.noLL128, optname == opt::kEfaSendRecvInOrderAligned128);
   }
+}
+
+// Each protocol asks only for the ordering of what carries its data: rdma's writes (libfabric
+// 2.4 refuses the message option outright), sendrecv's tagged messages.
+TEST(EndpointOptions, EachProtocolAsksOnlyForTheOrderingOfItsData) {
+  const ProviderRules& efa = rulesFor(Family::kEfa);
+  EndpointNeeds rdma;
+  rdma.hmem = true;
+  rdma.rmaWrite = true;
+  rdma.sendRecv = false;
+  EndpointNeeds sendrecv;
+  sendrecv.hmem = true;
+  auto asks = [&](const EndpointNeeds& needs, int optname) {
+    for (const EndpointOption& option : optionsFor(efa, needs)) {
+      if (option.optname == optname) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(asks(rdma, opt::kEfaWriteInOrderAligned128));
+  EXPECT_FALSE(asks(rdma, opt::kEfaSendRecvInOrderAligned128));
+  EXPECT_TRUE(asks(sendrecv, opt::kEfaSendRecvInOrderAligned128));
+  EXPECT_FALSE(asks(sendrecv, opt::kEfaWriteInOrderAligned128));
 }
 
 TEST(TagFormat, GenericFormatTakesEveryBitAndNarrowerOnesAreRefused) {
@@ -131,23 +153,43 @@ TEST(TagFormat, GenericFormatTakesEveryBitAndNarrowerOnesAreRefused) {
   EXPECT_TRUE(tagFormatFits(kTagGeneric >> 16, (uint64_t{1} << 48) - 1, nullptr));
 }
 
-TEST(Proto, SimpleOnlyWhereOrderingIsMissingAndTheUserSaidNothing) {
+TEST(Proto, LL128OffOnlyWhereOrderingIsMissingAndTheUserSaidNothing) {
   EXPECT_EQ(decideProto(true, nullptr).action, ProtoDecision::Action::kNothing);
   EXPECT_EQ(decideProto(true, "LL128").action, ProtoDecision::Action::kNothing);
-  EXPECT_EQ(decideProto(false, nullptr).action, ProtoDecision::Action::kSetSimple);
-  EXPECT_EQ(decideProto(false, "").action, ProtoDecision::Action::kSetSimple);
+  EXPECT_EQ(decideProto(false, nullptr).action, ProtoDecision::Action::kExcludeLL128);
+  EXPECT_EQ(decideProto(false, "").action, ProtoDecision::Action::kExcludeLL128);
   EXPECT_EQ(decideProto(false, "Simple").action, ProtoDecision::Action::kNothing);
+  EXPECT_EQ(decideProto(false, "LL").action, ProtoDecision::Action::kNothing) << "LL is safe";
+  EXPECT_EQ(decideProto(false, "LL,Simple").action, ProtoDecision::Action::kNothing);
+  EXPECT_EQ(decideProto(false, "^LL128").action, ProtoDecision::Action::kNothing);
   EXPECT_EQ(decideProto(false, "^LL,LL128").action, ProtoDecision::Action::kNothing);
   ProtoDecision risky = decideProto(false, "Simple,LL128");
   EXPECT_EQ(risky.action, ProtoDecision::Action::kWarnUserSetting);
   EXPECT_NE(risky.message.find("NCCL_PROTO=Simple,LL128"), std::string::npos);
-  EXPECT_EQ(decideProto(false, "LL").action, ProtoDecision::Action::kWarnUserSetting);
+  EXPECT_NE(risky.message.find("NCCL_PROTO=^LL128"), std::string::npos) << "names the remedy";
 }
 
-TEST(Proto, ApplySetsSimpleOnlyWhenUnset) {
+// NCCL's own list syntax (tuning.cc): ';' sections, "function:" prefixes, '^' exclusion (which
+// forces on everything it does not name), case-insensitive names.
+TEST(Proto, ReadsNcclProtoAsNcclDoes) {
+  EXPECT_TRUE(protoMayEnableLL128("LL128"));
+  EXPECT_TRUE(protoMayEnableLL128("ll128"));
+  EXPECT_TRUE(protoMayEnableLL128("^LL"));
+  EXPECT_TRUE(protoMayEnableLL128("^Simple"));
+  EXPECT_TRUE(protoMayEnableLL128("Simple;allreduce:LL128"));
+  EXPECT_TRUE(protoMayEnableLL128("^LL128;allreduce:LL128"));
+  EXPECT_TRUE(protoMayEnableLL128("LL, LL128"));
+  EXPECT_FALSE(protoMayEnableLL128("Simple"));
+  EXPECT_FALSE(protoMayEnableLL128("LL,Simple"));
+  EXPECT_FALSE(protoMayEnableLL128("^LL128"));
+  EXPECT_FALSE(protoMayEnableLL128("^ll128,LL"));
+  EXPECT_FALSE(protoMayEnableLL128("LL,Simple;allreduce:^LL,LL128"));
+}
+
+TEST(Proto, ApplyExcludesLL128OnlyWhenUnset) {
   unsetenv("NCCL_PROTO");
   applyProto(decideProto(false, getenv("NCCL_PROTO")));
-  EXPECT_STREQ(getenv("NCCL_PROTO"), "Simple");
+  EXPECT_STREQ(getenv("NCCL_PROTO"), "^LL128");
   setenv("NCCL_PROTO", "LL128", 1);
   applyProto(decideProto(false, getenv("NCCL_PROTO")));
   EXPECT_STREQ(getenv("NCCL_PROTO"), "LL128");

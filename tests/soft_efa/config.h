@@ -53,7 +53,7 @@ const Config& config();
 constexpr uint32_t kMaxDevices = 32;
 constexpr uint32_t kMaxQp = 256;  // per device; QP numbers are 1..255 (EFA's are 16 bits)
 constexpr uint32_t kMaxSqWr = 4096;
-constexpr uint32_t kMaxRqWr = 32768;
+constexpr uint32_t kMaxRqWr = 8192;  // the efa provider posts at most 8192 receives at once
 constexpr uint32_t kMaxSqSge = 2;
 constexpr uint32_t kMaxRqSge = 1;
 constexpr uint32_t kMaxRdmaSge = 1;

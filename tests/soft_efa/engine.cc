@@ -6,14 +6,17 @@
 // is pushed into its completion ring, ours into ours. What SRD refuses is refused here with the
 // completion status EFA reports.
 #include <pthread.h>
+#include <sched.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "soft_efa.h"
 
@@ -43,6 +46,7 @@ void unlockAfterFork() {
 }
 void unlockInChild() {
   Process& proc = process();
+  proc.threadPid = 0;  // threads do not survive fork: the child starts its own when it posts
   proc.rng ^= static_cast<uint64_t>(getpid()) * 0x9e3779b97f4a7c15ull;
   proc.traffic.clear();  // the parent's bytes are the parent's
   proc.mutex.unlock();
@@ -192,6 +196,7 @@ Step stepSend(Process& proc, Qp& qp, SendWqe& wqe, const Target& target, uint64_
   if (wqe.length > 0 && !copyTo(target.pid, local, nLocal, to, nTo))
     return fail(wqe, copyFailure(target.pid));
   proc.traffic[qp.ctx->device->slot][1] += wqe.length;
+  ++proc.moves;
   wqe.owed = remoteCqe(qp, wqe, IBV_WC_RECV);
   wqe.owed.wrId = wrId;
   wqe.haveReceive = true;
@@ -225,6 +230,7 @@ Step stepRma(Process& proc, Qp& qp, SendWqe& wqe, const Target& target, uint64_t
     bool ok = write ? copyTo(target.pid, mine, nMine, &theirs, 1)
                     : copyFrom(target.pid, mine, nMine, &theirs, 1);
     if (!ok) return fail(wqe, copyFailure(target.pid));
+    ++proc.moves;
   }
   if (++wqe.done < wqe.pieces) return Step::kPending;  // the next piece in a later pass
   proc.traffic[qp.ctx->device->slot][write ? 0 : 2] += wqe.length;
@@ -239,7 +245,7 @@ Step stepRma(Process& proc, Qp& qp, SendWqe& wqe, const Target& target, uint64_t
   return Step::kPending;
 }
 
-Step deliver(Qp& qp, SendWqe& wqe, const Target& target, uint64_t now) {
+Step deliver(Process& proc, Qp& qp, SendWqe& wqe, const Target& target, uint64_t now) {
   if (!wqe.haveReceive) {
     uint64_t wrId = 0;
     iovec unused[kMaxRqSge];
@@ -254,8 +260,23 @@ Step deliver(Qp& qp, SendWqe& wqe, const Target& target, uint64_t now) {
     if (target.cq->live.load(std::memory_order_acquire) == 0) return fail(wqe, kRemoteBadDestQpn);
     return Step::kPending;  // the target's ring is full: its owner will poll
   }
+  ++proc.moves;
   wqe.phase = SendWqe::kComplete;
   return Step::kPending;
+}
+
+// NNF_SOFT_EFA_TRACE=1: one line per operation completed at the sender, for debugging.
+void trace(const Qp& qp, const SendWqe& wqe) {
+  static const bool on = [] {
+    const char* env = std::getenv("NNF_SOFT_EFA_TRACE");
+    return env != nullptr && *env == '1';
+  }();
+  if (!on) return;
+  static const char* const kOps[] = {"send", "write", "read"};
+  std::fprintf(stderr, "soft-efa %d: qp %u %s %llu bytes%s to qp %u: status %u\n",
+               static_cast<int>(getpid()), qp.qpn, kOps[static_cast<int>(wqe.op)],
+               static_cast<unsigned long long>(wqe.length), wqe.hasImm ? " +imm" : "",
+               wqe.remoteQpn, wqe.status);
 }
 
 bool complete(const Qp& qp, const SendWqe& wqe) {
@@ -266,7 +287,9 @@ bool complete(const Qp& qp, const SendWqe& wqe) {
   // (reads included).
   cqe.opcode = wqe.op == Op::kWrite ? IBV_WC_RDMA_WRITE : IBV_WC_SEND;
   cqe.qpNum = qp.qpn;
-  return pushCqe(qp.sendCq->ring, cqe);
+  if (!pushCqe(qp.sendCq->ring, cqe)) return false;
+  trace(qp, wqe);
+  return true;
 }
 
 Step step(Process& proc, Qp& qp, SendWqe& wqe, uint64_t now) {
@@ -286,7 +309,7 @@ Step step(Process& proc, Qp& qp, SendWqe& wqe, uint64_t now) {
     }
     SendWqe::Phase before = wqe.phase;
     if (wqe.phase == SendWqe::kDeliver) {
-      deliver(qp, wqe, target, now);
+      deliver(proc, qp, wqe, target, now);
     } else if (wqe.op == Op::kSend) {
       stepSend(proc, qp, wqe, target, now);
     } else {
@@ -365,6 +388,53 @@ void progress(Process& proc) {
       if (!finished[i]) qp->pending[kept++] = qp->pending[i];
     qp->pending.resize(kept);
   }
+}
+
+namespace {
+
+bool hasWork(const Process& proc) {
+  int pid = getpid();
+  for (const Qp* qp : proc.qps)
+    if (qp->owner == pid && !qp->pending.empty()) return true;
+  return false;
+}
+
+// The device's thread: passes over the pending work while it moves; while it waits (delays,
+// a receiver not ready, a full ring) it sleeps between passes, longer the longer nothing moves;
+// with nothing pending it waits for the next post.
+void deviceThread(Process* proc) {
+  std::unique_lock<std::recursive_mutex> lock(proc->mutex);
+  uint64_t idleUs = 0;
+  for (;;) {
+    if (proc->threadPid != getpid()) return;  // a stale thread record: not ours (fork)
+    if (!hasWork(*proc)) {
+      proc->wake.wait(lock);
+      idleUs = 0;
+      continue;
+    }
+    uint64_t before = proc->moves;
+    progress(*proc);
+    bool moved = proc->moves != before;
+    idleUs = moved ? 0 : std::min<uint64_t>(idleUs == 0 ? 5 : idleUs * 2, 1000);
+    lock.unlock();  // let the program's threads in between passes
+    if (idleUs == 0) {
+      sched_yield();
+    } else {
+      timespec pause = {0, static_cast<long>(idleUs * 1000)};
+      nanosleep(&pause, nullptr);
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace
+
+void kick(Process& proc) {
+  if (proc.threadPid != getpid()) {
+    proc.threadPid = getpid();
+    std::thread(deviceThread, &proc).detach();
+  }
+  proc.wake.notify_one();
 }
 
 void onPolled(Process& proc, const Cq& cq, const Cqe& cqe) {

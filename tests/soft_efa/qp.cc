@@ -230,6 +230,7 @@ int wrComplete(ibv_qp_ex* ex) {
   qp->sqOutstanding += static_cast<uint32_t>(qp->session.size());
   qp->session.clear();
   progress(proc);
+  kick(proc);
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -125,6 +126,11 @@ struct Qp {
 // Per-process state, guarded by mutex: every entry point that touches queues takes it.
 struct Process {
   std::recursive_mutex mutex;
+  // The device's own thread (the NIC works while the program does not call in): started by the
+  // first post in each process, woken by every post.
+  std::condition_variable_any wake;
+  int threadPid = 0;
+  uint64_t moves = 0;  // bytes moved or completions written: progress was made
   std::vector<Qp*> qps;
   uint64_t rng = 0;
   std::map<uint64_t, std::pair<void*, size_t>> remotes;  // mapped peer rings by id
@@ -178,6 +184,8 @@ void unmapRemote(Process& proc, uint64_t id);
 
 // engine.cc: runs the device's work for this process's queue pairs (proc.mutex held).
 void progress(Process& proc);
+// After a post (proc.mutex held): makes sure the device's thread runs and wakes it.
+void kick(Process& proc);
 // Appends this process's traffic per device to NNF_SOFT_EFA_STATS; -1 when unset or unwritable.
 int writeStats();
 void onPolled(Process& proc, const Cq& cq, const Cqe& cqe);

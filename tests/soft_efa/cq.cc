@@ -35,10 +35,14 @@ int popCurrent(Cq* cq) {
   ring->head.store(head + 1, std::memory_order_release);
   cq->ex.wr_id = cq->cur.wrId;
   cq->ex.status = wcStatus(cq->cur.vendorErr);
-  if (getenv("NNF_SOFT_EFA_TRACE"))
-    fprintf(stderr, "soft-efa %d: polled qp %u opcode %u len %u flags %u status %u src %u\n",
-            getpid(), cq->cur.qpNum, cq->cur.opcode, cq->cur.byteLen, cq->cur.flags,
-            cq->cur.vendorErr, cq->cur.srcQp);
+  static const bool trace = [] {
+    const char* env = std::getenv("NNF_SOFT_EFA_TRACE");
+    return env != nullptr && *env == '1';
+  }();
+  if (trace)
+    std::fprintf(stderr, "soft-efa %d: polled qp %u opcode %u len %u flags %u status %u src %u\n",
+                 static_cast<int>(getpid()), cq->cur.qpNum, cq->cur.opcode, cq->cur.byteLen,
+                 cq->cur.flags, cq->cur.vendorErr, cq->cur.srcQp);
   onPolled(process(), *cq, cq->cur);
   return 0;
 }

@@ -386,6 +386,11 @@ TEST(Close, HundredBusyCommsCloseUnderTwoSecondsAndIdleOnesUnderOneMillisecond) 
 // finally takes the messages, their completions come back to it, and the process goes on
 // working. A comm freed at close would be used after free here (a crash, or ASan's report).
 TEST(Close, AGivenUpCloseKeepsItsCommUntilTheProviderReturnsItsSends) {
+  if (onSoftEfa() && testProtocol() == "rdma") {
+    // SRD completes an RDMA write without the target's CPU: nothing stays held by a receiver
+    // that stops progressing (as on a real EFA NIC).
+    GTEST_SKIP() << "writes on the software EFA device complete without the receiver";
+  }
   constexpr int kSends = 16;
   constexpr size_t kSize = 4 << 20;  // 64 MiB in all: more than tcp's socket buffers hold
   ScopedEnv env;

@@ -58,7 +58,7 @@ Config load() {
   cfg.rdmaWrite = !flag("NNF_SOFT_EFA_NO_RDMA_WRITE", false);
   cfg.unsolicitedWrite = cfg.rdmaWrite && !flag("NNF_SOFT_EFA_NO_UNSOLICITED", false);
   cfg.maxRdmaSize = static_cast<uint32_t>(number("NNF_SOFT_EFA_MAX_RDMA_SIZE", cfg.maxRdmaSize));
-  cfg.inOrder128 = flag("NNF_SOFT_EFA_IN_ORDER_128", false);
+  cfg.inOrder128 = flag("NNF_SOFT_EFA_IN_ORDER_128", true);
   cfg.reorder = flag("NNF_SOFT_EFA_REORDER", true);
   cfg.seed = number("NNF_SOFT_EFA_SEED", 1);
   cfg.rnrIntervalUs = static_cast<uint32_t>(number("NNF_SOFT_EFA_RNR_INTERVAL_US", 100));
@@ -70,6 +70,8 @@ Config load() {
   cfg.sysfs = env("NNF_SOFT_EFA_SYSFS") != nullptr ? env("NNF_SOFT_EFA_SYSFS")
                                                    : "/tmp/nnf-soft-efa-" + cfg.ns;
   if (const char* stats = env("NNF_SOFT_EFA_STATS")) cfg.stats = stats;
+  if (env("NNF_SOFT_EFA_FAIL_NIC") != nullptr)
+    cfg.failNic = static_cast<int>(number("NNF_SOFT_EFA_FAIL_NIC", 0));
   return cfg;
 }
 

@@ -21,9 +21,10 @@ struct Config {
   bool unsolicitedWrite = true;
   // NNF_SOFT_EFA_MAX_RDMA_SIZE (default 1 GiB, as EFA).
   uint32_t maxRdmaSize = 1u << 30;
-  // NNF_SOFT_EFA_IN_ORDER_128=1: QPs report 128-byte aligned in-order RDMA writes (then the
-  // pieces of a write land in address order); default off, as on some instance types.
-  bool inOrder128 = false;
+  // NNF_SOFT_EFA_IN_ORDER_128 (default 1, as a p5's NICs): QPs report 128-byte aligned in-order
+  // data (ibv_query_qp_data_in_order), so the provider grants the SENDRECV and WRITE ordering
+  // options; the pieces of a write then land in address order. 0: refused, as on a p5en.
+  bool inOrder128 = true;
   // NNF_SOFT_EFA_REORDER (default 1): operations of a queue pair complete in a seeded random
   // order, after random delays, and a large write or read lands in pieces in random order.
   // NNF_SOFT_EFA_SEED seeds it (default 1; each process mixes in its pid).
@@ -41,6 +42,9 @@ struct Config {
   // NNF_SOFT_EFA_FORK=disabled: ibv_is_fork_initialized answers IBV_FORK_DISABLED until
   // ibv_fork_init; default "unneeded", as rdma-core on kernels with copy-on-fork for pinned pages.
   bool forkUnneeded = true;
+  // NNF_SOFT_EFA_FAIL_NIC=n: NIC n's link is broken: every RDMA write posted on it fails
+  // (unreachable remote), for tests of a failing rail; -1 (default): none.
+  int failNic = -1;
   // NNF_SOFT_EFA_STATS: a file receiving this process's traffic per device at exit and on
   // nnf_soft_efa_write_stats() ("<device> <written> <sent> <read> <pid>" lines).
   std::string stats;

@@ -105,6 +105,7 @@ std::vector<Device*> buildDevices() {
   const Config& cfg = config();
   for (size_t i = 0; i < cfg.pci.size(); ++i) {
     auto* device = new Device();
+    device->index = static_cast<int>(i);
     device->pci = cfg.pci[i];
     std::string name = deviceName(device->pci);
     device->ibv.node_type = IBV_NODE_UNSPECIFIED;

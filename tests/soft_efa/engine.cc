@@ -273,10 +273,10 @@ void trace(const Qp& qp, const SendWqe& wqe) {
   }();
   if (!on) return;
   static const char* const kOps[] = {"send", "write", "read"};
-  std::fprintf(stderr, "soft-efa %d: qp %u %s %llu bytes%s to qp %u: status %u\n",
-               static_cast<int>(getpid()), qp.qpn, kOps[static_cast<int>(wqe.op)],
-               static_cast<unsigned long long>(wqe.length), wqe.hasImm ? " +imm" : "",
-               wqe.remoteQpn, wqe.status);
+  std::fprintf(stderr, "soft-efa %d: %s qp %u %s %llu bytes%s to qp %u: status %u\n",
+               static_cast<int>(getpid()), qp.ctx->device->ibv.name, qp.qpn,
+               kOps[static_cast<int>(wqe.op)], static_cast<unsigned long long>(wqe.length),
+               wqe.hasImm ? " +imm" : "", wqe.remoteQpn, wqe.status);
 }
 
 bool complete(const Qp& qp, const SendWqe& wqe) {
@@ -296,6 +296,10 @@ Step step(Process& proc, Qp& qp, SendWqe& wqe, uint64_t now) {
   for (;;) {
     if (wqe.phase == SendWqe::kComplete)
       return complete(qp, wqe) ? Step::kFinished : Step::kPending;
+    if (wqe.op == Op::kWrite && qp.ctx->device->index == config().failNic) {
+      fail(wqe, kLocalUnreachableRemote);  // a broken link (NNF_SOFT_EFA_FAIL_NIC)
+      continue;
+    }
     uint32_t limit = wqe.op == Op::kSend ? kMtu : config().maxRdmaSize;
     if (wqe.length > limit) {
       fail(wqe, kLocalBadLength);

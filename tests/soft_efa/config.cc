@@ -78,8 +78,9 @@ Config load() {
 }  // namespace
 
 const Config& config() {
-  static const Config cfg = load();
-  return cfg;
+  // Never destroyed: the device's thread may still read it while the process exits.
+  static const Config* cfg = new Config(load());
+  return *cfg;
 }
 
 }  // namespace nnf::softefa

@@ -41,6 +41,9 @@ constexpr KnownFailure kKnownFailures[] = {
     {"softefa", "Close.MessagesForClosedCommsAreDrained",
      "libfabric 2.1's efa provider double-frees the packet of a truncated long-read message "
      "(ofiwg/libfabric#11808); the drain receives of closed comms truncate"},
+    {"softefa", "Connections.ClosingWithRequestsPostedIsSafe",
+     "libfabric 2.1's efa provider double-frees the packet of a truncated long-read message "
+     "(ofiwg/libfabric#11808); the drain receive of closed comm B truncates its 1 MiB send"},
     {"softefa", "Sizes/TruncatingReceive.FailsTheReceiveWithOneWarn/4194304Into1048576",
      "libfabric 2.1's efa provider double-frees the packet of a truncated long-read message "
      "(ofiwg/libfabric#11808)"},

@@ -156,5 +156,83 @@ TEST(DeviceMemory, GpuToGpuTransfersOfEverySize) {
   runTwoProcesses(sender, receiver, 120);
 }
 
+// DMA-BUF registrations of GPU memory (the fake exports its memfd; the software device maps it
+// at the registration's offset), 64 KiB into the buffer, above the eager size so that rdma runs
+// too: the NIC moves every byte, no fallback to registration by address.
+TEST(DeviceMemory, DmaBufRegisteredGpuBuffersMoveData) {
+  if (!deviceMemoryWithoutCpu()) GTEST_SKIP() << "device memory is host memory here";
+  constexpr size_t kOffset = 64 << 10;
+  const std::vector<int> sizes = {64 << 10, 1 << 20};
+  constexpr size_t kCapacity = 1 << 20;
+  // Registers [base + kOffset, + kCapacity) of a new GPU buffer by DMA-BUF.
+  auto regDmaBuf = [&](Peer& peer, void* comm, FakeControls* fake, GpuBuffer** gpu, void** mh) {
+    ASSERT_NO_FATAL_FAILURE(openFake(fakeCudaLibrary(), fake));
+    ASSERT_NE(fake->exportDmaBuf, nullptr);
+    ASSERT_EQ(peer.props.ptrSupport & abi::kPtrDmaBuf, abi::kPtrDmaBuf);
+    *gpu = new GpuBuffer(*fake, kOffset + kCapacity);
+    int fd = -1;
+    ASSERT_EQ(fake->exportDmaBuf(&fd, reinterpret_cast<uintptr_t>((*gpu)->data()),
+                                 kOffset + kCapacity, 1, 0),
+              0);
+    peer.resetWarnings();
+    ASSERT_EQ(peer.net->regMrDmaBuf(comm, (*gpu)->data() + kOffset, kCapacity, abi::kPtrCuda,
+                                    kOffset, fd, mh),
+              abi::kSuccess);
+    close(fd);
+    EXPECT_EQ(peer.warnings(), 0) << "the provider imported the DMA-BUF";
+  };
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    FakeControls fake;
+    GpuBuffer* gpu = nullptr;
+    void* mh = nullptr;
+    ASSERT_NO_FATAL_FAILURE(regDmaBuf(peer, comm, &fake, &gpu, &mh));
+    uint64_t message = 0;
+    for (int size : sizes) {
+      std::vector<uint8_t> host(kOffset + kCapacity, 0);
+      fillPattern(host.data() + kOffset, static_cast<size_t>(size), ++message);
+      ASSERT_EQ(
+          fake.copyToDevice(reinterpret_cast<uintptr_t>(gpu->data()), host.data(), host.size()), 0);
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(
+          postSend(peer, comm, gpu->data() + kOffset, size, kTag, mh, &request));
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+      ASSERT_TRUE(peer.channel->wait());
+    }
+    dereg(peer, comm, mh);
+    delete gpu;
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    FakeControls fake;
+    GpuBuffer* gpu = nullptr;
+    void* mh = nullptr;
+    ASSERT_NO_FATAL_FAILURE(regDmaBuf(peer, comm, &fake, &gpu, &mh));
+    uint64_t message = 0;
+    for (int size : sizes) {
+      SCOPED_TRACE(std::to_string(size) + " bytes");
+      gpu->fill(0, 0);
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, gpu->data() + kOffset,
+                                       static_cast<int>(kCapacity), kTag, mh, &request));
+      int received = -1;
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &received));
+      ASSERT_EQ(received, size);
+      std::vector<uint8_t> bytes = gpu->read();
+      EXPECT_TRUE(verifyPattern(bytes.data() + kOffset, static_cast<size_t>(size), ++message));
+      EXPECT_TRUE(verifySentinel(bytes.data(), kOffset)) << "written before the registration";
+      ASSERT_TRUE(peer.channel->signal());
+    }
+    dereg(peer, comm, mh);
+    delete gpu;
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 120);
+}
+
 }  // namespace
 }  // namespace nnf::test

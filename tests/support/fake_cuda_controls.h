@@ -21,6 +21,7 @@ struct FakeControls {
   int (*memFree)(unsigned long long) = nullptr;
   int (*copyToDevice)(unsigned long long, const void*, size_t) = nullptr;
   int (*copyFromDevice)(void*, unsigned long long, size_t) = nullptr;
+  int (*exportDmaBuf)(void*, unsigned long long, size_t, int, unsigned long long) = nullptr;
 };
 
 // RTLD_NOLOAD: succeeds only if the plugin has already loaded `path` (same instance).
@@ -38,6 +39,8 @@ inline void openFake(const std::string& path, FakeControls* fake) {
       reinterpret_cast<decltype(fake->copyToDevice)>(dlsym(fake->library, "cuMemcpyHtoD_v2"));
   fake->copyFromDevice =
       reinterpret_cast<decltype(fake->copyFromDevice)>(dlsym(fake->library, "cuMemcpyDtoH_v2"));
+  fake->exportDmaBuf = reinterpret_cast<decltype(fake->exportDmaBuf)>(
+      dlsym(fake->library, "cuMemGetHandleForAddressRange"));
   ASSERT_NE(fake->declare, nullptr);
   ASSERT_NE(fake->flushCount, nullptr);
 }

@@ -6,6 +6,7 @@
 #   NNF_DEPS=/somewhere scripts/libfabric.sh     # another cache folder
 #   scripts/libfabric.sh --print-prefix          # only the prefix; builds nothing
 #   scripts/libfabric.sh --cuda                  # -> /opt/nnf-deps/libfabric-2.1.0-cuda (GPU check)
+#   scripts/libfabric.sh --efa                   # -> /opt/nnf-deps/libfabric-2.1.0-efa (main CI)
 #
 # A finished build is reused: the prefix holds a stamp with the version and the configure flags,
 # and a prefix whose stamp matches is returned at once.
@@ -16,11 +17,18 @@
 # without network access: the tarball comes from NNF_LIBFABRIC_TARBALL or the cache folder, and
 # a missing build tool is an error naming it.
 #
-# The source: Debian 12 ships libfabric 1.17; trixie's source package carries 2.1. The archive
-# address is read at run time from this machine's own apt sources and written only to a private
-# apt configuration under the cache folder, so the system's apt state is left as it was. Only the
-# upstream tarball (.orig.tar.xz) is needed: it is checked by apt against the Sources index, and
-# a missing .dsc or Debian patch set is accepted (we build upstream as released).
+# --efa builds what the plain build has, plus the real efa provider as a loadable library
+# (lib/libfabric/libefa-fi.so, against rdma-core 56.1's headers from scripts/rdma-core.sh) and
+# CUDA support dlopened (as --cuda), so that the efa provider runs on the software EFA device
+# (tests/soft_efa) and takes FI_HMEM_CUDA registrations there. As a loadable library, the efa
+# provider needs libibverbs.so.1 and libefa.so.1 only where it is loaded: a process that puts the
+# software device first on LD_LIBRARY_PATH gets it; any other finds no EFA device (Debian's
+# rdma-core 44, if installed, lacks the symbol versions it binds to, or lists no device), and a
+# process that sets FI_PROVIDER_PATH (the EFA-rules stand-in, tests/efa_rules) never loads it.
+#
+# The source: Debian 12 ships libfabric 1.17; trixie's source package carries 2.1, fetched by
+# scripts/debian-source.sh (a private apt configuration; the tarball checked against trixie's
+# signed Sources index; we build upstream as released).
 set -euo pipefail
 scripts="$(cd "$(dirname "$0")" && pwd)"
 version=${LIBFABRIC_VERSION:-2.1.0}
@@ -30,15 +38,25 @@ jobs=${JOBS:-$(nproc)}
 
 print_prefix=0
 cuda=""
+efa=0
 for arg in "$@"; do
   case $arg in
     --print-prefix) print_prefix=1 ;;
     --cuda) cuda=${CUDA_HOME:-/usr/local/cuda} ;;
+    --efa) efa=1 ;;
     *) echo "libfabric.sh: unknown argument '$arg'" >&2; exit 1 ;;
   esac
 done
+if ((efa)) && [[ -n $cuda ]]; then
+  echo "libfabric.sh: --efa already includes CUDA support; give one of --efa, --cuda" >&2
+  exit 1
+fi
+offline=0
 if [[ -n $cuda ]]; then
   prefix=$prefix-cuda
+  offline=1  # the GPU check builds where there may be no network: nothing is fetched
+elif ((efa)); then
+  prefix=$prefix-efa
 fi
 if ((print_prefix)); then
   echo "$prefix"
@@ -63,6 +81,17 @@ if [[ -n $cuda ]]; then
                    --with-ze=no --with-rocr=no --with-neuron=no --with-synapseai=no
                    --with-gdrcopy=no --with-uring=no --with-lttng=no)
 fi
+if ((efa)); then
+  # The plain set plus efa (a DSO) and dlopened CUDA. rdma-core's headers and link-only
+  # libraries come from scripts/rdma-core.sh (fetched from Debian's archive once, then reused).
+  rdma=$("$scripts/rdma-core.sh" --print-prefix)
+  cuda=${CUDA_HOME:-/usr/local/cuda}
+  configure_flags=(--enable-only --enable-shm --enable-tcp --enable-rxm --enable-udp --enable-rxd
+                   --enable-efa="dl:$rdma" --disable-static --disable-debug
+                   --with-cuda="$cuda" --enable-cuda-dlopen --with-ze=no --with-rocr=no
+                   --with-neuron=no --with-synapseai=no --with-gdrcopy=no --with-uring=no
+                   --with-lttng=no)
+fi
 stamp_text="libfabric $version ${configure_flags[*]}"
 stamp=$prefix/.nnf-build-stamp
 
@@ -72,9 +101,10 @@ if [[ -f $stamp && $(cat "$stamp") == "$stamp_text" && -f $prefix/lib/pkgconfig/
   exit 0
 fi
 
-if [[ -n $cuda ]]; then
+if [[ -n $cuda ]]; then  # --cuda and --efa: the CUDA headers; --cuda: the tools (no installing)
   missing=()
   for tool in autoreconf automake libtoolize make gcc xz tar; do
+    ((offline)) || break
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
   done
   [[ -f $cuda/include/cuda_runtime.h ]] || missing+=("CUDA headers ($cuda/include/cuda_runtime.h; set CUDA_HOME)")
@@ -88,7 +118,7 @@ if [[ $(id -u) -ne 0 ]]; then sudo=sudo; else sudo=; fi
 packages=(autoconf automake libtool make gcc pkg-config dpkg-dev xz-utils)
 missing=()
 for package in "${packages[@]}"; do
-  [[ -n $cuda ]] && break  # checked above, by command: no package manager needed
+  ((offline)) && break  # checked above, by command: no package manager needed
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
 done
 if ((${#missing[@]})); then
@@ -98,69 +128,24 @@ if ((${#missing[@]})); then
     "${missing[@]}" >/dev/null
 fi
 
-# debian_uri: the Debian archive this machine already uses (deb822 or one-line sources).
-debian_uri() {
-  local uri=""
-  if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
-    # The first URI of a stanza whose suites are the plain release (not -security).
-    uri=$(awk -v codename="$codename" '
-      /^URIs:/ { uris = $2 }
-      /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == codename) found = 1 }
-      /^$/ { if (found && uris != "") { print uris; exit } found = 0; uris = "" }
-      END { if (found && uris != "") print uris }' /etc/apt/sources.list.d/debian.sources | head -1)
-  fi
-  if [[ -z $uri && -f /etc/apt/sources.list ]]; then
-    uri=$(awk -v codename="$codename" '$1 == "deb" && $0 !~ /\[/ && $3 == codename { print $2; exit }
-      $1 == "deb" && $3 == codename { for (i = 3; i <= NF; i++) if ($i ~ /\]$/) { print $(i + 1); exit } }' \
-      /etc/apt/sources.list)
-  fi
-  echo "$uri"
-}
-
 src=$deps/src
 tarball=${NNF_LIBFABRIC_TARBALL:-$src/libfabric_$version.orig.tar.xz}
-mkdir -p "$src"
-if [[ ! -f $tarball && ( -n $cuda || -n ${NNF_LIBFABRIC_TARBALL:-} ) ]]; then
+if [[ ! -f $tarball && ( $offline -eq 1 || -n ${NNF_LIBFABRIC_TARBALL:-} ) ]]; then
   echo "libfabric.sh: no tarball at $tarball (set NNF_LIBFABRIC_TARBALL to" \
     "libfabric_$version.orig.tar.xz; scripts/libfabric.sh without --cuda fetches it)" >&2
   exit 1
 fi
 if [[ ! -f $tarball ]]; then
-  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-  uri=$(debian_uri)
-  if [[ -z $uri ]]; then
-    echo "libfabric.sh: no Debian archive for '$codename' in /etc/apt/sources.list{,.d/debian.sources}" >&2
-    exit 1
-  fi
-  # A private apt configuration: trixie's Sources index never enters the system's apt lists.
-  apt_dir=$deps/apt
-  mkdir -p "$apt_dir/sources.list.d" "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
-  cat >"$apt_dir/sources.list.d/trixie-src.sources" <<EOF
-Types: deb-src
-URIs: $uri
-Suites: trixie
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-  apt_options=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$apt_dir/sources.list.d"
-               -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
-               -o "APT::Sandbox::User=root")
-  echo "== fetching trixie's libfabric source package" >&2
-  apt-get "${apt_options[@]}" update -qq >&2
-  # The .dsc may be refused by the archive's mirror while the tarball arrives: judge the result
-  # by the tarball, which apt has checked against the signed Sources index.
-  (cd "$src" && apt-get "${apt_options[@]}" source --download-only "libfabric/trixie" >&2) ||
-    echo "== apt-get source reported an error; checking for the upstream tarball" >&2
-  if [[ ! -f $tarball ]]; then
-    echo "libfabric.sh: $tarball did not arrive (trixie's libfabric is:" >&2
-    ls "$src" >&2
-    echo "); set LIBFABRIC_VERSION to its upstream version" >&2
-    exit 1
-  fi
+  tarball=$("$scripts/debian-source.sh" libfabric "libfabric_$version.orig.tar.xz" | tail -1) ||
+    { echo "libfabric.sh: set LIBFABRIC_VERSION to trixie's upstream version" >&2; exit 1; }
+fi
+if ((efa)); then
+  # rdma-core's headers and link-only libraries (fetched from the same archive once, then reused).
+  "$scripts/rdma-core.sh" >/dev/null || exit 1
 fi
 
 start=$SECONDS
-work=$deps/build/libfabric-$version${cuda:+-cuda}
+work=$deps/build/libfabric-$version$( ((efa)) && echo -efa || echo "${cuda:+-cuda}")
 rm -rf "$work"
 mkdir -p "$work"
 tar -xJf "$tarball" -C "$work" --strip-components=1
@@ -181,9 +166,23 @@ if [[ -n $cuda ]] && ! grep -q '^#define HAVE_CUDA 1' config.h; then
   grep -i cuda configure.log | tail -20 >&2
   exit 1
 fi
+if ((efa)) && ! grep -q '^#define HAVE_EFA 1' config.h; then
+  echo "libfabric.sh: configure did not enable efa with rdma-core at $rdma:" >&2
+  grep -iE 'efa|verbs' configure.log | tail -20 >&2
+  exit 1
+fi
 make -j"$jobs" >make.log 2>&1 || { tail -40 make.log >&2; exit 1; }
 rm -rf "$prefix"
 make install >install.log 2>&1 || { tail -40 install.log >&2; exit 1; }
+if ((efa)); then
+  # The provider must find libibverbs.so.1 and libefa.so.1 on LD_LIBRARY_PATH only, never the
+  # link-only stand-ins it was linked against (its run path names libfabric's own folder).
+  if readelf -d "$prefix/lib/libfabric/libefa-fi.so" | grep -E 'RPATH|RUNPATH' | grep -qF "$rdma"; then
+    echo "libfabric.sh: libefa-fi.so's run path names $rdma:" >&2
+    readelf -d "$prefix/lib/libfabric/libefa-fi.so" | grep -E 'RPATH|RUNPATH' >&2
+    exit 1
+  fi
+fi
 echo "$stamp_text" >"$stamp"
 echo "== libfabric $version built in $((SECONDS - start)) s; providers:" >&2
 "$prefix/bin/fi_info" -l 2>/dev/null | sed -n "s/^\([a-z_0-9]*\):.*/\1/p" | tr "\n" " " >&2 || true

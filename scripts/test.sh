@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine: installs what is missing, builds, runs.
 #
-# Main combination - libfabric 2.1 (built from Debian trixie's source by scripts/libfabric.sh,
-# cached in /opt/nnf-deps), build folder build-lf2, every provider ctest knows:
+# Main combination - libfabric 2.1 (built from Debian trixie's source by scripts/libfabric.sh
+# --efa, cached in /opt/nnf-deps: shm, tcp, rxm, rxd and the real efa provider, as a loadable
+# library, against rdma-core 56.1's headers from scripts/rdma-core.sh), build folder build-lf2,
+# every provider ctest knows (softefa: that efa provider on the software EFA device,
+# tests/soft_efa):
 #   1. ctest: unit, functional (two processes, each provider), reliability (bad input, dead
 #      peers, resource hygiene, network faults between namespaces when root, short soak);
 #   2. the suite again under ASan+UBSan, and the threaded tests under TSan;
@@ -68,9 +71,10 @@ run_ctest() {
 smoke_labels='^(unit|functional_|efa_rules)'
 
 stage "packages" scripts/bootstrap.sh --packages-only || exit 1
-# Sets lf2_prefix: the 2.1 install (built once, then reused from its cache folder).
+# Sets lf2_prefix: the 2.1 install with the efa provider (built once, then reused from its cache
+# folder); rdma-core's headers for the software EFA device come with it.
 libfabric_2() {
-  lf2_prefix=$(scripts/libfabric.sh | tail -1) && [[ -f $lf2_prefix/lib/pkgconfig/libfabric.pc ]]
+  lf2_prefix=$(scripts/libfabric.sh --efa | tail -1) && [[ -f $lf2_prefix/lib/pkgconfig/libfabric.pc ]]
 }
 stage "libfabric 2.1" libfabric_2 || exit 1
 if stage "build (libfabric 2.1)" scripts/bootstrap.sh build-lf2 -DLIBFABRIC_ROOT="$lf2_prefix"; then

@@ -88,8 +88,10 @@ class RawEndpoint {
     }
   }
   ~RawEndpoint() {
-    rail_.reset();
+    // The registration before its domain: libfabric's efa provider frees the domain's MR map
+    // at close, and closing an MR after that faults there.
     if (mr_ != nullptr) fi_close(&mr_->fid);
+    rail_.reset();
   }
   fabric::Rail& rail() { return *rail_; }
 
@@ -294,6 +296,12 @@ void sendUnreachableRequest(const Handle& handle, UnreachableRequest* out) {
 // and moves data while the first one is still stuck; closing the listener then releases it.
 TEST(Accept, AnUnreachableRequesterDoesNotHoldUpTheListenersOtherConnections) {
   if (testProvider() == "shm") GTEST_SKIP() << "shm has no refused connection to get stuck on";
+  if (onSoftEfa()) {
+    // SRD answers a message for a queue pair that has another key at once (bad destination QP):
+    // the accept message fails instead of being stuck, and the accept fails with it
+    // (Close.ForcedAcceptFailure... covers that).
+    GTEST_SKIP() << "the real efa provider fails an undeliverable accept message at once";
+  }
   auto prober = [&](Peer& peer) {
     Handle handle;
     ASSERT_TRUE(peer.channel->recv(handle.bytes, sizeof(handle.bytes)));
@@ -335,6 +343,12 @@ TEST(Accept, AnUnreachableRequesterDoesNotHoldUpTheListenersOtherConnections) {
 // device then serves a new listener.
 TEST(Close, ClosingAListenerWithAStuckAcceptReleasesTheHalfBuiltComm) {
   if (testProvider() == "shm") GTEST_SKIP() << "shm has no refused connection to get stuck on";
+  if (onSoftEfa()) {
+    // SRD answers a message for a queue pair that has another key at once (bad destination QP):
+    // the accept message fails instead of being stuck, and the accept fails with it
+    // (Close.ForcedAcceptFailure... covers that).
+    GTEST_SKIP() << "the real efa provider fails an undeliverable accept message at once";
+  }
   auto prober = [&](Peer& peer) {
     Handle handle;
     ASSERT_TRUE(peer.channel->recv(handle.bytes, sizeof(handle.bytes)));

@@ -12,6 +12,7 @@
 
 #include "platform/provider_rules.h"
 #include "support/harness.h"
+#include "support/known_failures.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
 #include "support/test_env.h"
@@ -218,6 +219,7 @@ TEST(Connections, CloseAndReconnectTwentyTimesInOneProcess) {
 }
 
 TEST(Connections, ClosingWithRequestsPostedIsSafe) {
+  NNF_SKIP_KNOWN_FAILURE();
   // Pair B's unreceived send needs the closed comm's id drained: without a drain (shm before
   // libfabric 2.0, where wildcard receives are unsafe) the send stays at the head of the sender's
   // queue and holds back pair C's (docs/troubleshooting.md). There pair B closes without it, and

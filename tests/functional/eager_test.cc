@@ -267,7 +267,9 @@ TEST(Eager, SmallReceivesPostedFirstAreFilledWithoutADescriptor) {
   bool counted = false;
   receivesPostedFirst(
       kMessages, 64, std::chrono::milliseconds(0),
-      [&](Peer&) { counted = efaRulesWrittenHere(&before); },
+      // Not on softefa: there a message that takes the device's thread more than 1 ms (a busy
+      // machine) has its receive described late, by design, and the count says nothing.
+      [&](Peer&) { counted = !onSoftEfa() && efaRulesWrittenHere(&before); },
       [&](Peer&) {
         uint64_t after = 0;
         if (counted && efaRulesWrittenHere(&after)) {

@@ -250,7 +250,11 @@ TEST_F(GpuMemory, WithoutCudaTheProviderIsUsedForHostMemoryOnly) {
   forEachProvider("any provider", nullptr, [&](const std::string&) {
     runOneProcess([fake](Peer& peer) {
       EXPECT_EQ(peer.props.ptrSupport, abi::kPtrHost);
-      EXPECT_EQ(dlopen(fake.c_str(), RTLD_NOW | RTLD_NOLOAD), nullptr) << "fake must not be loaded";
+      // On softefa libfabric's own CUDA support loads the fake too (as libcuda.so.1): only the
+      // plugin is without CUDA there.
+      if (!onSoftEfa())
+        EXPECT_EQ(dlopen(fake.c_str(), RTLD_NOW | RTLD_NOLOAD), nullptr)
+            << "fake must not be loaded";
       EXPECT_EQ(peer.warnings(), 0) << "missing CUDA is an INFO, not a WARN";
     });
   });

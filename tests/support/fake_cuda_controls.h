@@ -15,6 +15,13 @@ struct FakeControls {
   void* library = nullptr;
   void (*declare)(void*, size_t, int) = nullptr;
   int (*flushCount)() = nullptr;
+  // The driver's own allocation and copies (memory without CPU access on softefa: the tests
+  // fill and check it only through these).
+  int (*memAlloc)(unsigned long long*, size_t) = nullptr;
+  int (*memFree)(unsigned long long) = nullptr;
+  int (*copyToDevice)(unsigned long long, const void*, size_t) = nullptr;
+  int (*copyFromDevice)(void*, unsigned long long, size_t) = nullptr;
+  int (*exportDmaBuf)(void*, unsigned long long, size_t, int, unsigned long long) = nullptr;
 };
 
 // RTLD_NOLOAD: succeeds only if the plugin has already loaded `path` (same instance).
@@ -25,6 +32,15 @@ inline void openFake(const std::string& path, FakeControls* fake) {
       reinterpret_cast<decltype(fake->declare)>(dlsym(fake->library, "nnfFakeCudaDeclare"));
   fake->flushCount =
       reinterpret_cast<decltype(fake->flushCount)>(dlsym(fake->library, "nnfFakeCudaFlushCount"));
+  fake->memAlloc =
+      reinterpret_cast<decltype(fake->memAlloc)>(dlsym(fake->library, "cuMemAlloc_v2"));
+  fake->memFree = reinterpret_cast<decltype(fake->memFree)>(dlsym(fake->library, "cuMemFree_v2"));
+  fake->copyToDevice =
+      reinterpret_cast<decltype(fake->copyToDevice)>(dlsym(fake->library, "cuMemcpyHtoD_v2"));
+  fake->copyFromDevice =
+      reinterpret_cast<decltype(fake->copyFromDevice)>(dlsym(fake->library, "cuMemcpyDtoH_v2"));
+  fake->exportDmaBuf = reinterpret_cast<decltype(fake->exportDmaBuf)>(
+      dlsym(fake->library, "cuMemGetHandleForAddressRange"));
   ASSERT_NE(fake->declare, nullptr);
   ASSERT_NE(fake->flushCount, nullptr);
 }

@@ -210,6 +210,13 @@ bool Channel::send(const void* data, size_t size) {
   return true;
 }
 
+bool Channel::signalled() {
+  pollfd entry{fd_, POLLIN, 0};
+  if (poll(&entry, 1, 0) != 1) return false;
+  char value = 0;
+  return recv(&value, 1, 1);
+}
+
 bool Channel::recv(void* data, size_t size, double timeoutSec) {
   char* bytes = static_cast<char*>(data);
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(

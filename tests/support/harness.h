@@ -40,6 +40,8 @@ class Channel {
   // A one-byte rendezvous ("I have posted, go ahead").
   bool signal() { return sendValue<char>('!'); }
   bool wait(double timeoutSec = 60);
+  // Whether the other side's signal is here now (consumed if so); never a failure.
+  bool signalled();
   // Both sides meet here before exiting, so that neither sees the other die while its last
   // completions are still in flight. Silent: a partner that already failed is reported anyway.
   void finishBarrier(double timeoutSec);

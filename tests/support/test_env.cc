@@ -52,6 +52,7 @@ int testRails() {
 }
 
 std::string efaRulesDomainName(int nic) {
+  if (onSoftEfa()) return softEfaDeviceName(nic) + "-rdm";  // the efa provider's RDM domain
   const char* base = std::getenv("NNF_EFA_RULES_BASE");
   std::string domain = "lo";
   if (base != nullptr && std::string(base) == "shm") {
@@ -70,6 +71,7 @@ std::string efaRulesStats() {
 }
 
 bool writeEfaRulesStats() {
+  if (onSoftEfa()) return writeSoftEfaStats();
   // libfabric loaded the provider from FI_PROVIDER_PATH; the same file is the same object.
   std::string path = efaRulesDir() + "/libefa-rules-fi.so";
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
@@ -91,6 +93,8 @@ std::map<std::string, EfaRulesTraffic> readEfaRulesStats(const std::string& path
     EfaRulesTraffic traffic;
     long linePid = 0;
     if (!(fields >> domain >> traffic.written >> traffic.sent >> traffic.read >> linePid)) continue;
+    // The software EFA device counts per device; the tests name NICs by their RDM domain.
+    if (onSoftEfa() && domain.find("-rdm") == std::string::npos) domain += "-rdm";
     if (pid == 0 || linePid == pid) latest[{domain, linePid}] = traffic;
   }
   std::map<std::string, EfaRulesTraffic> sum;
@@ -114,7 +118,10 @@ bool efaRulesWrittenHere(uint64_t* written) {
 std::string testProvider() {
   const char* provider = std::getenv("NNF_TEST_PROVIDER");
   if (provider == nullptr) provider = std::getenv("FI_PROVIDER");
-  return provider != nullptr ? providerPart(provider) : "";
+  if (provider == nullptr) return "";
+  // softefa is libfabric's efa provider (on the software device): what the plugin sees.
+  std::string name = providerPart(provider);
+  return name == "softefa" ? "efa" : name;
 }
 
 std::string testProtocol() {
@@ -195,10 +202,14 @@ void useTestProvider(const std::string& value) {
   // children re-apply this after a test set its own.
   setenv("NCCL_FABRIC_PROTOCOL", protocol.empty() ? "sendrecv" : protocol.c_str(), 0);
   if (rails > 0) setenv("NNF_TEST_RAILS", std::to_string(rails).c_str(), 1);
-  if (provider != "efa" && testRails() > 1) {
+  if (provider != "efa" && provider != "softefa" && testRails() > 1) {
     // Only the EFA-rules provider can present several NICs on one machine.
     std::fprintf(stderr, "test_env: %d rails need the efa provider, not %s: running on one\n",
                  testRails(), provider.c_str());
+  }
+  if (provider == "softefa") {
+    useSoftEfa();
+    return;
   }
   if (provider != "efa") {
     setenv("FI_PROVIDER", provider.c_str(), 1);

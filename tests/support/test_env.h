@@ -40,10 +40,30 @@ std::string sourceDir();
 // Traffic per NIC goes to efaRulesStats().
 void useTestProvider(const std::string& provider);
 
+// softefa (NNF_TEST_PROVIDER=softefa[+PROTOCOL][+2rails]): libfabric's real efa provider on the
+// software EFA device (tests/soft_efa), one NIC per rail (NNF_SOFT_EFA_NICS), two grouped into
+// one device by NCCL_FABRIC_RAILS as on efa; FI_PROVIDER=efa, FI_EFA_ENABLE_SHM_TRANSFER=0 (local
+// peers talk through the device), FI_PROVIDER_PATH unset (the stand-in stays out); the fake CUDA
+// driver hands out GPU memory the CPU cannot touch (NNF_FAKE_CUDA_NO_CPU_ACCESS=1) and is also
+// libfabric's libcuda.so.1/libcudart.so; a namespace of the test process's own
+// (NNF_SOFT_EFA_NS), removed at its end; traffic per device to efaRulesStats() (the stats
+// functions below read it on softefa as on efa). The process starts itself again when
+// LD_LIBRARY_PATH lacks the device's folder. testProvider() says "efa" there.
+bool onSoftEfa();
+void useSoftEfa();
+// The device's libraries (NNF_SOFT_EFA_DIR, else the build tree's tests/soft_efa/lib) and the
+// fake driver's libcuda.so.1/libcudart.so folder (beside fakeCudaLibrary()).
+std::string softEfaLibDir();
+std::string fakeCudaLibDir();
+// The software device's name of NIC `nic` ("rdmap79s0", as udev names an EFA at 0000:4f:00.0).
+std::string softEfaDeviceName(int nic);
+bool writeSoftEfaStats();
+
 // Rails per device the test runs with: NNF_TEST_RAILS (1 when unset).
 int testRails();
 // The EFA-rules provider's domain name of NIC `nic` over the base the tests use
-// (NNF_EFA_RULES_BASE: tcp on FI_TCP_IFACE, default lo; or shm): efa-lo-rdm, efa-lo-rdm-1, ...
+// (NNF_EFA_RULES_BASE: tcp on FI_TCP_IFACE, default lo; or shm): efa-lo-rdm, efa-lo-rdm-1, ...;
+// on softefa the real provider's: rdmap79s0-rdm, rdmap80s0-rdm, ...
 std::string efaRulesDomainName(int nic);
 // This test process's per-domain traffic file (NNF_EFA_RULES_STATS, tests/efa_rules/stats.cc).
 std::string efaRulesStats();

@@ -6,7 +6,7 @@
 #include <climits>
 #include <exception>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/net.h"
 #include "core/device.h"
 #include "core/plugin.h"
 #include "log/log.h"

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/net.h"
 
 namespace nnf::abi::entry {
 

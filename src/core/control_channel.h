@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/types.h"
 #include "core/control_arena.h"
 #include "core/operation.h"
 #include "core/wire.h"

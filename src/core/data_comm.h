@@ -11,7 +11,7 @@
 #include "core/request.h"
 #include "core/sequence_table.h"
 #include "memory/region.h"
-#include "protocol/protocol.h"
+#include "core/protocol.h"
 
 namespace nnf::core {
 

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/types.h"
 #include "config/config.h"
 #include "core/comm.h"
 #include "core/control_arena.h"
@@ -30,7 +30,7 @@
 #include "memory/fabric_registrar.h"
 #include "memory/gdr_policy.h"
 #include "memory/rail_set_registrar.h"
-#include "protocol/protocol.h"
+#include "core/protocol.h"
 
 namespace nnf::core {
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/types.h"
 #include "core/comm.h"
 #include "core/wire.h"
 

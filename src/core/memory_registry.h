@@ -8,7 +8,7 @@
 #include <mutex>
 #include <vector>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/types.h"
 #include "core/memory_handle.h"
 #include "fabric/domain_lock.h"
 #include "memory/cuda_driver.h"

@@ -10,7 +10,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/types.h"
 #include "config/config.h"
 #include "core/device.h"
 #include "memory/cuda_driver.h"

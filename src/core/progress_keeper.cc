@@ -53,8 +53,8 @@ void ProgressKeeper::wake() {
     } catch (const std::system_error& error) {
       // Closes still work; a peer's close may then wait for our application to progress.
       active_ = false;
-      NNF_WARN("device %d: cannot start the thread that drains closed comms: %s",
-               device_.index(), error.what());
+      NNF_WARN("device %d: cannot start the thread that drains closed comms: %s", device_.index(),
+               error.what());
       return;
     }
   }

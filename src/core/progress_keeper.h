@@ -45,9 +45,9 @@ class ProgressKeeper {
 
   Device& device_;
   const uint64_t idleNs_;
-  uint64_t progressCalls_ = 0;  // device lock
-  uint64_t seenCalls_ = 0;      // keeper thread only
-  uint64_t seenActivity_ = 0;   // keeper thread only
+  uint64_t progressCalls_ = 0;   // device lock
+  uint64_t seenCalls_ = 0;       // keeper thread only
+  uint64_t seenActivity_ = 0;    // keeper thread only
   uint64_t lastActivityNs_ = 0;  // keeper mutex
   std::mutex mutex_;
   std::condition_variable wakeUp_;

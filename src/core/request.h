@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/types.h"
 #include "core/op_pool.h"
 #include "core/operation.h"
 

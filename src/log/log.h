@@ -3,7 +3,7 @@
 // take a va_list.
 #pragma once
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/types.h"
 
 namespace nnf::log {
 

@@ -1,6 +1,6 @@
 #include "memory/gdr_policy.h"
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/types.h"
 #include "config/config.h"
 
 namespace nnf::memory {

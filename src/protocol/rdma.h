@@ -7,7 +7,7 @@
 // it through a write of no bytes. Wire formats: protocol/rdma_wire.h.
 #pragma once
 
-#include "protocol/protocol.h"
+#include "core/protocol.h"
 
 namespace nnf::protocol {
 

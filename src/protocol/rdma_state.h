@@ -15,7 +15,7 @@
 #include "core/recv_comm.h"
 #include "core/send_comm.h"
 #include "log/log.h"
-#include "protocol/protocol.h"
+#include "core/protocol.h"
 #include "protocol/rdma_eager.h"
 #include "protocol/rdma_matching.h"
 #include "protocol/rdma_wire.h"

@@ -3,7 +3,7 @@
 // number. Works on every provider with tagged messages.
 #pragma once
 
-#include "protocol/protocol.h"
+#include "core/protocol.h"
 
 namespace nnf::protocol {
 

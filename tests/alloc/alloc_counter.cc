@@ -47,9 +47,9 @@ Range g_ranges[kMaxRanges];
 int g_rangeCount = 0;
 
 std::atomic<bool> g_armed{false};
-std::atomic<uint64_t> g_total{0};        // every allocation while armed, all threads
-std::atomic<uint64_t> g_unknown{0};      // immediate caller in no object known at snapshot
-std::atomic<uint64_t> g_unresolved{0};   // runtime caller, no non-runtime frame found
+std::atomic<uint64_t> g_total{0};       // every allocation while armed, all threads
+std::atomic<uint64_t> g_unknown{0};     // immediate caller in no object known at snapshot
+std::atomic<uint64_t> g_unresolved{0};  // runtime caller, no non-runtime frame found
 // Reentrancy guard: the unwinder must not be counted (nor recurse) if it ever allocates. TLS of
 // the executable itself is static TLS: touching it never allocates.
 thread_local bool t_inHook = false;
@@ -367,9 +367,9 @@ void* __libc_pvalloc(size_t size);
 }
 
 namespace {
+using nnf::test::alloc::forget;
 using nnf::test::alloc::noteAllocation;
 using nnf::test::alloc::noteFree;
-using nnf::test::alloc::forget;
 using nnf::test::alloc::remember;
 
 #define NNF_CALLER() __builtin_extract_return_addr(__builtin_return_address(0))
@@ -466,15 +466,15 @@ __attribute__((noinline)) void* pvalloc(size_t size) noexcept {
 }
 }  // extern "C"
 
-#define NNF_NEW(alignment)                      \
-  bool plugin = noteAllocation(NNF_CALLER());   \
-  void* pointer = newOrThrow(size, alignment);  \
-  if (plugin) remember(pointer);                \
+#define NNF_NEW(alignment)                     \
+  bool plugin = noteAllocation(NNF_CALLER());  \
+  void* pointer = newOrThrow(size, alignment); \
+  if (plugin) remember(pointer);               \
   return pointer
-#define NNF_NEW_NOTHROW(alignment)              \
-  bool plugin = noteAllocation(NNF_CALLER());   \
-  void* pointer = newNoThrow(size, alignment);  \
-  if (plugin) remember(pointer);                \
+#define NNF_NEW_NOTHROW(alignment)             \
+  bool plugin = noteAllocation(NNF_CALLER());  \
+  void* pointer = newNoThrow(size, alignment); \
+  if (plugin) remember(pointer);               \
   return pointer
 #define NNF_DELETE()               \
   noteFree(pointer, NNF_CALLER()); \

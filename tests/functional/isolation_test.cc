@@ -68,15 +68,22 @@ void stream(Peer& peer, void* comm, bool sender, std::atomic<int>* completed,
     uint8_t* data = buffer.data() + size_t{kLargest} * slot;
     if (sender) {
       fillPattern(data, sizeOf(m), 1000 + m);
-      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, data, sizeOf(m), kStreamTag, mh, &requests[slot]));
+      ASSERT_NO_FATAL_FAILURE(
+          postSend(peer, comm, data, sizeOf(m), kStreamTag, mh, &requests[slot]));
     } else {
-      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, data, kLargest, kStreamTag, mh, &requests[slot]));
+      ASSERT_NO_FATAL_FAILURE(
+          postRecv(peer, comm, data, kLargest, kStreamTag, mh, &requests[slot]));
     }
   }
   dereg(peer, comm, mh);
 }
 
-enum class Fault { kTruncatingSend, kPeerClosesWithSendsInFlight, kLateMessages, kCancelledReceive };
+enum class Fault {
+  kTruncatingSend,
+  kPeerClosesWithSendsInFlight,
+  kLateMessages,
+  kCancelledReceive
+};
 
 struct Case {
   const char* name;
@@ -225,8 +232,7 @@ TEST_P(Isolation, AFaultOnOneCommLeavesTheOtherMoving) {
       closeRecv(peer, healthy);
     }
   };
-  runTwoProcesses([&](Peer& peer) { run(peer, true); }, [&](Peer& peer) { run(peer, false); },
-                  300);
+  runTwoProcesses([&](Peer& peer) { run(peer, true); }, [&](Peer& peer) { run(peer, false); }, 300);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -64,7 +64,8 @@ TEST(Unload, LoadInitTransferCloseUnloadThreeTimesInOneProcess) {
           constexpr int kSize = 64 << 10;
           HostBuffer out(kSize), in(kSize);
           fillPattern(out.data(), kSize, 40 + cycle);
-          ASSERT_NO_FATAL_FAILURE(transferOnFreshPair(peer, out.data(), in.data(), kSize, 40 + cycle));
+          ASSERT_NO_FATAL_FAILURE(
+              transferOnFreshPair(peer, out.data(), in.data(), kSize, 40 + cycle));
           EXPECT_GE(pluginThreads(), 1) << "a close starts the device's progress keeper";
           if (peer.library->version() >= 11) {
             EXPECT_EQ(tools::finalizeAdapted(peer.library->version()), abi::kSuccess);

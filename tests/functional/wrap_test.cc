@@ -159,8 +159,8 @@ TEST(Wrap, GroupedReceivesOverSeveralTagsAcrossTheWrap) {
         tags[i] = 10 + i;
       }
       void* request;
-      ASSERT_NO_FATAL_FAILURE(
-          postRecvGroup(peer, comm, n, data.data(), sizes.data(), tags.data(), mhs.data(), &request));
+      ASSERT_NO_FATAL_FAILURE(postRecvGroup(peer, comm, n, data.data(), sizes.data(), tags.data(),
+                                            mhs.data(), &request));
       std::vector<int> got(n, -1);
       ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, got.data()));
       for (int i = 0; i < n; ++i) {

@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/net.h"
 #include "plugin_loader.h"
 
 namespace nnf::test {

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/net.h"
 #include "support/harness.h"
 
 namespace nnf::test {

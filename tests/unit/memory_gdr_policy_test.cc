@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/net.h"
 #include "config/config.h"
 
 namespace nnf::memory {

@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/net.h"
 #include "protocol/rdma_matching.h"
 #include "protocol/rdma_wire.h"
 

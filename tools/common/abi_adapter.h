@@ -3,7 +3,7 @@
 // against v8 and run through whichever version was loaded.
 #pragma once
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/net.h"
 
 namespace nnf::tools {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/net.h"
 #include "abi_adapter.h"
 
 namespace nnf::tools {

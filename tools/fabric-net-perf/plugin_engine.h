@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/net.h"
 #include "engine.h"
 #include "plugin_loader.h"
 

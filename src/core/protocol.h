@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "abi/nccl_abi.h"
+#include "nccl_net/types.h"
 
 namespace nnf::core {
 class Device;

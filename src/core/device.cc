@@ -50,9 +50,26 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
     protocol_ = std::make_unique<protocol::Rdma>();
     immediateLength_ = true;
     for (const auto& rail : rails_) immediateLength_ = immediateLength_ && rail->cqDataSize() >= 8;
-    // Segments of at most 2 GiB, at most 31 of them over every rail (the immediate's fields).
-    properties_.maxMessageBytes =
-        std::min<size_t>(properties_.maxMessageBytes, protocol::rdma::kMaxMessageBytes);
+    // Segments of at most 2 GiB and of what the provider writes as one (EFA cuts a larger write
+    // into pieces that each carry the immediate), at most 31 of them over every rail.
+    writeSegmentBytes_ = protocol::rdma::kMaxSegmentBytes;
+    const platform::ProviderRules& rules = platform::rulesFor(platform::familyOf(provider_));
+    if (rules.largestWriteBytes > 0) {
+      writeSegmentBytes_ = std::min<uint64_t>(writeSegmentBytes_, rules.largestWriteBytes);
+    }
+    for (const auto& rail : rails_) {
+      size_t largest = 0;
+      if (rail->sizeOption(platform::opt::kLevelEndpoint, platform::opt::kMaxRmaSize, &largest) ==
+              0 &&
+          largest > 0) {
+        writeSegmentBytes_ = std::min<uint64_t>(writeSegmentBytes_, largest);
+      }
+    }
+    properties_.maxMessageBytes = std::min<size_t>(
+        properties_.maxMessageBytes,
+        (protocol::rdma::kMaxSegments - protocol::rdma::kMaxRails) * writeSegmentBytes_);
+    NNF_INFO(abi::kLogSubsysInit, "%s: RMA writes in segments of at most %llu bytes",
+             properties_.name.c_str(), static_cast<unsigned long long>(writeSegmentBytes_));
     stripeMinBytes_ = static_cast<size_t>(config.integer(config::Param::kStripeMin));
   } else {
     protocol_ = std::make_unique<protocol::SendRecv>();
@@ -202,13 +219,14 @@ void Device::openRails(const DeviceSpec& spec) {
   for (const platform::EndpointOption& option : options) {
     settings.push_back({option.level, option.optname, option.value, 0});
   }
-  rails_.push_back(std::make_unique<fabric::Rail>(leader, 0, &settings));
+  rails_.push_back(std::make_unique<fabric::Rail>(leader, 0, &settings, rules.bindEventQueue));
   // The other rails carry rdma writes only; an option they refuse was refused by the leader
   // too or matters for messages alone, so their answers are not acted on.
   size_t wanted = spec.rdma ? std::min(spec.rails.size(), memory::kMaxRails) : 1;
   for (size_t r = 1; r < wanted; ++r) {
     std::vector<fabric::EndpointSetting> railSettings = settings;
-    rails_.push_back(std::make_unique<fabric::Rail>(spec.rails[r], 0, &railSettings));
+    rails_.push_back(
+        std::make_unique<fabric::Rail>(spec.rails[r], 0, &railSettings, rules.bindEventQueue));
   }
   if (spec.rdma && spec.rails.size() > wanted) {
     NNF_INFO(abi::kLogSubsysInit, "%s: data moves on the first %zu of its %zu NICs",
@@ -380,7 +398,23 @@ abi::Result Device::progress() {
   if (!rx_.waiting.empty() || rx_.fullSinceNs != 0) retryQueued(rx_);
   if (!tx_.waiting.empty() || tx_.fullSinceNs != 0) retryQueued(tx_);
   if (!closing_.empty()) reapClosed();
+  if (--eventCheckCountdown_ == 0) checkEvents();
   return abi::kSuccess;
+}
+
+void Device::checkEvents() {
+  eventCheckCountdown_ = kEventCheckInterval;
+  std::string text;
+  for (size_t r = 0; r < rails_.size(); ++r) {
+    while (rails_[r]->readEventError(&text)) {
+      // The comms to that peer fail through their own operations; this says why, once a rail.
+      if (eventReported_.size() < rails_.size()) eventReported_.resize(rails_.size());
+      if (eventReported_[r]) continue;
+      eventReported_[r] = true;
+      NNF_WARN("device %d: NIC %s reported an endpoint error: %s", index_,
+               r < railNames_.size() ? railNames_[r].c_str() : "?", text.c_str());
+    }
+  }
 }
 
 abi::Result Device::readRail(size_t index) {

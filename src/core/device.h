@@ -111,6 +111,8 @@ class Device {
   size_t eagerMaxBytes() const { return eagerMaxBytes_; }
   // rdma: messages from this size on are cut over every rail (NCCL_FABRIC_STRIPE_MIN).
   size_t stripeMinBytes() const { return stripeMinBytes_; }
+  // rdma: the largest segment one write carries (2 GiB, and what the provider writes as one).
+  uint64_t writeSegmentBytes() const { return writeSegmentBytes_; }
   // True when the immediate data of a write has room for its length (see protocol/rdma_wire.h).
   bool immediateCarriesLength() const { return immediateLength_; }
 
@@ -185,6 +187,12 @@ class Device {
   // then, and a device NCCL never uses posts nothing). False, logged, when they cannot be.
   bool startControl();
   void dispatchError(size_t railIndex);
+  // Reads the rails' event queues (where the provider has them) every kEventCheckInterval
+  // progress calls: handshake failures are reported there, seldom.
+  void checkEvents();
+  static constexpr uint32_t kEventCheckInterval = 4096;
+  uint32_t eventCheckCountdown_ = kEventCheckInterval;
+  std::vector<bool> eventReported_;  // per rail: one WARN
   // The first failure of an operation on one of several rails names that rail's NIC, once:
   // comms report their own failures, but not which NIC of the device broke.
   void noteRailFailure(size_t railIndex, const Operation& op, int error, const char* text);
@@ -230,6 +238,7 @@ class Device {
   std::unique_ptr<ControlArena> rdmaArena_;
   bool immediateLength_ = false;
   size_t stripeMinBytes_ = 0;
+  uint64_t writeSegmentBytes_ = 0;
   size_t eagerMaxBytes_ = 0;
   std::vector<uint8_t> injectScratch_;
   std::unique_ptr<ControlArena> eagerArena_;

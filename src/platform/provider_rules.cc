@@ -50,6 +50,9 @@ const ProviderRules kEfa{
     /*injectCopiesWithCpu=*/true,
     /*writesEmulatedOption=*/opt::kEfaEmulatedWrite,
     /*eagerMaxBytes=*/8192,
+    /*writesWaitForTarget=*/false,
+    /*bindEventQueue=*/true,
+    /*largestWriteBytes=*/size_t{1} << 30,  // efa_rdm: min(1 GiB, the device's max_rdma_size)
 };
 
 // Any other provider opened with FI_HMEM may call CUDA from inside its calls as well.

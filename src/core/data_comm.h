@@ -82,6 +82,10 @@ class DataComm : public Comm {
   // isend and irecv refuse: the peer died, or (rdma) the receiver closed its end.
   bool refusesRequests() const { return peerFailed_ || peerClosed_; }
 
+  // Something the comm's data depends on was lost on the way (a write of the peer's failed at our
+  // NIC): every pending request fails, and later ones are refused, as after the peer's death.
+  void failLost(const char* why) { failPeer(why); }
+
   // Gives up a request whose posting failed: cancels what was posted; the request returns to
   // the pool once the provider has let go of it.
   void abandon(Request& request);

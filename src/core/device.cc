@@ -458,7 +458,21 @@ void Device::dispatchError(size_t railIndex) {
   ssize_t ret = rail.readError(&entry, &text);
   if (ret <= 0) return;
   if (entry.op_context == nullptr) {
-    NNF_WARN("device %d: completion error without context: %s", index_, fi_strerror(entry.err));
+    // A peer's write that failed here (EFA: an unsolicited write receive): its immediate data
+    // names the comm, which fails rather than wait for data that will not come.
+    int error = entry.err < 0 ? -entry.err : entry.err;
+    char why[224];
+    snprintf(why, sizeof(why), "a write of the peer's failed at NIC %s: %s%s%s%s",
+             railIndex < railNames_.size() ? railNames_[railIndex].c_str() : "?",
+             fi_strerror(error), text != nullptr && *text != '\0' ? " (" : "",
+             text != nullptr ? text : "", text != nullptr && *text != '\0' ? ")" : "");
+    if ((entry.flags & FI_REMOTE_CQ_DATA) != 0 && protocol_->onRemoteWriteError(*this, entry.data, why)) {
+      return;
+    }
+    if (!unattributedErrorReported_) {
+      unattributedErrorReported_ = true;
+      NNF_WARN("device %d: an error completion names no operation and no comm: %s", index_, why);
+    }
     return;
   }
   Operation* op = Operation::fromContext(entry.op_context);

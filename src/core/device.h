@@ -193,6 +193,7 @@ class Device {
   static constexpr uint32_t kEventCheckInterval = 4096;
   uint32_t eventCheckCountdown_ = kEventCheckInterval;
   std::vector<bool> eventReported_;  // per rail: one WARN
+  bool unattributedErrorReported_ = false;
   // The first failure of an operation on one of several rails names that rail's NIC, once:
   // comms report their own failures, but not which NIC of the device broke.
   void noteRailFailure(size_t railIndex, const Operation& op, int error, const char* text);

@@ -57,6 +57,17 @@ class DataComm : public Comm {
     beginUse(handle);
     request.heldRegistration = handle;
   }
+  // The same for a posted receive: its registration stays until the provider has given it back.
+  void holdRegistration(Operation& op, MemoryHandle* handle) {
+    if (handle == nullptr) return;
+    beginUse(handle);
+    op.heldRegistration = handle;
+  }
+  static void releaseRegistration(Operation& op) {
+    if (op.heldRegistration == nullptr) return;
+    endUse(op.heldRegistration);
+    op.heldRegistration = nullptr;
+  }
   void releaseRegistrations() override;
 
   // A data operation finished: record its size and finish the request when it was the last.

@@ -123,6 +123,16 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
     }
     size_t iovLimit = leader->rx_attr != nullptr ? leader->rx_attr->iov_limit : 0;
     roomForReceives_ = scratch_ != nullptr && iovLimit >= 2;
+  } else if (!spec.rdma &&
+             platform::truncatedLongReadsUnsafe(platform::familyOf(provider_), fi_version())) {
+    // Messages read by the receiver (efa's long-read protocol: above 1 MiB in host memory,
+    // above its eager size in GPU memory) must not meet a shorter drain receive there: a
+    // registered scratch as large as NCCL's net messages are (512 KiB steps) takes them whole.
+    // Host receives get it as room too (a GPU receive cannot: one iov type an operation).
+    scratch_ = std::make_unique<ScratchArea>(platform::kLongReadDrainBytes, /*backed=*/true);
+    if (scratch_->empty()) scratch_.reset();
+    size_t iovLimit = leader->rx_attr != nullptr ? leader->rx_attr->iov_limit : 0;
+    roomForReceives_ = scratch_ != nullptr && iovLimit >= 2;
   }
   drains_ = std::make_unique<DrainPool>(*this, drainedIds, scratch_.get());
   // Late messages come within the close bound of their sender's close (10 s without one).
@@ -134,6 +144,14 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
       properties_.ptrSupport, rmaRead_ ? FI_REMOTE_READ : 0, rail().needsLocalRegistration(),
       spec.rdma ? FI_WRITE | FI_REMOTE_WRITE : 0);
   if (spec.rdma) setUpEager(config);
+  if (scratch_ != nullptr && !platform::receivesNeedOverflowRoom(provider_) &&
+      rail().needsLocalRegistration()) {
+    if (memory_->registerHost(scratch_->data(), scratch_->size(), FI_RECV, &scratchHandle_) !=
+        abi::kSuccess) {
+      throw std::runtime_error("cannot register the drain receives' scratch area");
+    }
+    scratch_->setDesc(scratchHandle_->desc);
+  }
   if (rmaRead_) {
     // Flush reads land in this word: a read from our own endpoint orders after the receive's
     // data writes, which is what makes them visible to the GPU.
@@ -253,6 +271,7 @@ Device::~Device() {
   for (auto& entry : comms_) entry.second->releaseRegistrations();
   // Close the endpoint before the comms whose operations it may still reference.
   if (flushWordHandle_ != nullptr) memory_->deregister(flushWordHandle_);
+  if (scratchHandle_ != nullptr) memory_->deregister(scratchHandle_);
   controlArena_->deregisterAll();
   if (rdmaArena_) rdmaArena_->deregisterAll();
   if (eagerArena_) eagerArena_->deregisterAll();
@@ -275,7 +294,7 @@ abi::Result Device::postNow(Operation& op, ssize_t* ret) {
     case OpType::kRecv:
       if (op.withRoom) {
         *ret = rail.trecvWithRoom(op.buffer, op.length, op.desc, scratch_->data(),
-                                  scratch_->size(), op.tag, &op.context);
+                                  scratch_->size(), scratch_->desc(), op.tag, &op.context);
         break;
       }
       *ret =

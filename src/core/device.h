@@ -244,6 +244,7 @@ class Device {
   std::vector<uint8_t> injectScratch_;
   std::unique_ptr<ControlArena> eagerArena_;
   std::unique_ptr<ScratchArea> scratch_;  // before the drains, which receive into it
+  MemoryHandle* scratchHandle_ = nullptr;  // its registration, where the provider needs one
   bool roomForReceives_ = false;
   std::unique_ptr<DrainPool> drains_;
   // Declared after everything progress() touches, so that its thread stops first.

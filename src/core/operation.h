@@ -12,6 +12,7 @@ namespace nnf::core {
 
 struct Request;
 struct Operation;
+struct MemoryHandle;
 
 // Whoever posted an operation hears about its completion (comms, and the device's drain
 // receives for closed comm ids). Called by the device with its lock held.
@@ -71,6 +72,10 @@ struct Operation {
   size_t transferred = 0;  // bytes moved, once completed (what test() reports)
   void* header = nullptr;  // kWrite with headerLength: registered, with headerDesc
   void* headerDesc = nullptr;
+  // A posted receive's registration, held while the provider may still write through its
+  // descriptor (NCCL deregisters before it closes; efa reads into a matched receive after that);
+  // null otherwise. Sends hold theirs on the request.
+  MemoryHandle* heldRegistration = nullptr;
   Operation* nextQueued = nullptr;  // OpQueue links
   Operation* prevQueued = nullptr;
 

@@ -66,9 +66,9 @@ class Rail {
   // A tagged receive into `buf`, then into `room` for whatever does not fit: the provider never
   // truncates it (the completion's length tells how much came).
   ssize_t trecvWithRoom(void* buf, size_t len, void* desc, void* room, size_t roomLen,
-                        uint64_t tag, void* context) {
+                        void* roomDesc, uint64_t tag, void* context) {
     iovec iov[2] = {{buf, len}, {room, roomLen}};
-    void* descs[2] = {desc, nullptr};
+    void* descs[2] = {desc, roomDesc};
     return fi_trecvv(ep_.get(), iov, descs, 2, FI_ADDR_UNSPEC, tag, 0, context);
   }
   // Untagged messages: the control channel (one receive queue, matched in arrival order).

@@ -161,6 +161,10 @@ size_t truncationReportLimit(Family family) {
   return family == Family::kShm ? kShmInjectSize : 0;
 }
 
+bool truncatedLongReadsUnsafe(Family family, uint32_t fiVersion) {
+  return family == Family::kEfa && fiVersion < FI_VERSION(2, 3);
+}
+
 bool receivesNeedOverflowRoom(const std::string& provName) {
   return familyOf(provName) == Family::kShm || provName.find("ofi_rxm") != std::string::npos;
 }

@@ -132,4 +132,11 @@ size_t truncationReportLimit(Family family);
 // ("tcp;ofi_rxm"); isolation_test shows each case.
 bool receivesNeedOverflowRoom(const std::string& provName);
 
+// Whether a receive shorter than a message the provider moves by the receiver's RDMA read breaks
+// the provider: efa before libfabric 2.3 frees the truncated long-read packet twice
+// (ofiwg/libfabric#11808; the software EFA device shows it). There the drains of closed comms
+// receive into a registered scratch of kLongReadDrainBytes, larger than NCCL's net messages.
+bool truncatedLongReadsUnsafe(Family family, uint32_t fiVersion);
+constexpr size_t kLongReadDrainBytes = size_t{4} << 20;
+
 }  // namespace nnf::platform

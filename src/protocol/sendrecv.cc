@@ -58,6 +58,7 @@ abi::Result SendRecv::postRecv(core::RecvComm& comm, core::Request& request, int
                   (handles == nullptr || handles[i] == nullptr ||
                    handles[i]->type == memory::MemType::kHost);
     abi::Result result = comm.device().post(op);
+    if (result == abi::kSuccess) comm.holdRegistration(op, handles != nullptr ? handles[i] : nullptr);
     // Operations already posted stay with the request; it fails as a whole in test().
     if (result != abi::kSuccess) return result;
   }

@@ -282,8 +282,9 @@ TEST_F(EfaPlugin, RefusedWriteOrderingTurnsOffLL128Only) {
     ASSERT_NE(getenv("NCCL_PROTO"), nullptr);
     EXPECT_STREQ(getenv("NCCL_PROTO"), "^LL128");
     std::vector<std::string> warnings = peer.warningTexts();
-    EXPECT_TRUE(anyContains(warnings, "FI_OPT_EFA_WRITE_IN_ORDER_ALIGNED_128_BYTES"))
-        << joined(warnings);
+    EXPECT_TRUE(anyContains(peer.infoTexts(), "refused FI_OPT_EFA_WRITE_IN_ORDER_ALIGNED_128_BYTES"))
+        << joined(peer.infoTexts());
+    EXPECT_EQ(warnings.size(), 1u) << "one WARN: " << joined(warnings);
     int said = 0;
     for (const std::string& text : warnings) said += text.find("NCCL_PROTO=^LL128") != std::string::npos;
     EXPECT_EQ(said, 1) << "one WARN naming what the plugin did: " << joined(warnings);
@@ -309,8 +310,9 @@ TEST_F(EfaPlugin, RefusedWriteOrderingTurnsOffLL128Only) {
 TEST_F(EfaPlugin, SendRecvAsksForMessageOrderingAndItsRefusalTurnsOffLL128Only) {
   env_.set("NCCL_FABRIC_PROTOCOL", "sendrecv");
   runOneProcess([](Peer& peer) {
-    EXPECT_TRUE(anyContains(peer.warningTexts(), "FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES"))
-        << joined(peer.warningTexts());
+    EXPECT_TRUE(anyContains(peer.infoTexts(), "refused FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES"))
+        << joined(peer.infoTexts());
+    EXPECT_EQ(peer.warnings(), 1) << joined(peer.warningTexts());
     EXPECT_FALSE(anyContains(peer.infoTexts(), "set FI_OPT_EFA_WRITE_IN_ORDER"))
         << "sendrecv writes nothing by RMA";
     EXPECT_STREQ(getenv("NCCL_PROTO"), "^LL128");

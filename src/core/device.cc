@@ -240,7 +240,7 @@ void Device::openRails(const DeviceSpec& spec) {
   rails_.push_back(std::make_unique<fabric::Rail>(leader, 0, &settings, rules.bindEventQueue));
   // The other rails carry rdma writes only; an option they refuse was refused by the leader
   // too or matters for messages alone, so their answers are not acted on.
-  size_t wanted = spec.rdma ? std::min(spec.rails.size(), memory::kMaxRails) : 1;
+  size_t wanted = spec.carryingRails;
   for (size_t r = 1; r < wanted; ++r) {
     std::vector<fabric::EndpointSetting> railSettings = settings;
     rails_.push_back(

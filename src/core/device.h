@@ -57,6 +57,7 @@ struct DeviceSpec {
   const memory::CudaDriver* cuda = nullptr;  // null without CUDA
   bool rmaRead = false;                      // GPUDirect flush by RDMA read is possible
   bool rdma = false;  // move data with the rdma protocol (the rails offer RMA writes with data)
+  size_t carryingRails = 1;  // the first this many rails move data (the plan: core/network_plan.h)
   DeviceProperties properties;
   std::vector<std::string> railNames;
   std::vector<std::string> gpus;  // PCI addresses of the GPUs it serves, nearest first

@@ -165,6 +165,10 @@ class Device {
   bool roomForReceives() const { return roomForReceives_; }
   // The library is being unloaded: the device's own thread stops (device lock not held).
   void stopThreads() { keeper_->stop(); }
+  // A protocol owes its peer writes whose end only our own progress brings (the rdma sender's
+  // voids, which free the receiver's slots): the device is kept progressing for a while even if
+  // the application stops calling (device lock held).
+  void keepProgressing() { keeper_->wake(); }
   // Comms closed whose operations the provider still holds (or whose close waits on them).
   size_t closingCount() const { return closing_.size(); }
   ControlChannel& controlChannel() { return *controlChannel_; }

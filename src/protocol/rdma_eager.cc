@@ -188,6 +188,9 @@ void sendVoid(core::SendComm& comm, SendState& state, uint32_t slot, uint32_t in
   voids.address[slot] = buffer.address;
   voids.key[slot] = buffer.keys[0];
   postVoids(comm, voids);
+  // The receiver reuses the slot only after the void: a sender whose last send has ended may
+  // not be called again before that receiver's next irecv needs the slot.
+  comm.device().keepProgressing();
 }
 
 bool onVoidDone(core::SendComm& comm, SendState& state, core::Operation& op, int error) {

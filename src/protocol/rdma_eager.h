@@ -33,7 +33,12 @@
 
 namespace nnf::protocol::rdma {
 
-constexpr uint32_t kEagerEntries = 16;  // bounce entries of a receive comm (one credit each)
+// Bounce entries of a receive comm (one credit each): a sender may complete this many small sends
+// beyond what the receiver has taken, without the receiver running. Under CPU contention each
+// time the sender must wait for the receiver costs a scheduler slice (milliseconds), so a whole
+// window of NCCL's 32 requests, and the credit writes still on their way, fit (16 entries held
+// 4 KiB streams on two busy cores to 1/10 of raw tagged messages, docs/performance.md).
+constexpr uint32_t kEagerEntries = 64;
 // A send goes eagerly only when no descriptor has come for this long: the receiver has gone
 // quiet (busy elsewhere). In a stream an eager message would cross its receive's descriptor
 // (three writes instead of two), and tcp delivers descriptors in bursts with gaps past 50 us:
@@ -46,11 +51,12 @@ constexpr uint64_t kLateDescribeNs = 1000000;
 // describes every receive: its sender does not go eagerly, or sends too slowly for it to matter.
 constexpr uint32_t kLateDescribesToGiveUp = 4;
 // The receiver returns freed entries by this many: a credit write every 8 small messages of a
-// ping-pong (every 4 cost 0.01 us more a message on shm), while a stream still finds half the
-// entries free whenever a credit write lands.
-constexpr uint32_t kCreditBatch = kEagerEntries / 2;
+// ping-pong (every 4 cost 0.01 us more a message on shm); a window of 32 messages leaves at most
+// 7 entries unreported.
+constexpr uint32_t kCreditBatch = 8;
 static_assert(kEagerEntries * 16 == kEagerHeadersBytes);
-static_assert(kEagerEntries <= (1u << kSlotBits), "the entry travels in the slot field");
+static_assert(kEagerEntries <= 256, "the entry travels in the control write's 8 middle bits");
+static_assert(kEagerEntries < 128, "credits count modulo 256: a stale count must look stale");
 
 // What the receiver tells its sender in every credit write (the same bytes each time, so that
 // whichever credit write lands first describes the area).
@@ -137,12 +143,17 @@ class EagerInbox {
     ++held_;
     return true;
   }
-  // The held entry of (tag, seq), or kEagerEntries.
-  uint32_t find(int32_t tag, uint16_t seq) const {
+  // The held entry of (tag, seq), or kEagerEntries. Receives mostly take eager messages in the
+  // order they were written: the entry after the last one found is looked at first, so that
+  // a receiver behind its sender does not walk every entry on every receive.
+  uint32_t find(int32_t tag, uint16_t seq) {
     if (held_ == 0) return kEagerEntries;
-    for (uint32_t e = 0; e < kEagerEntries; ++e) {
+    for (uint32_t i = 0, e = next_; i < kEagerEntries; ++i, e = (e + 1) % kEagerEntries) {
       const Entry& entry = entries_[e];
-      if (entry.state == State::kHeld && entry.tag == tag && entry.seq == seq) return e;
+      if (entry.state == State::kHeld && entry.tag == tag && entry.seq == seq) {
+        next_ = (e + 1) % kEagerEntries;
+        return e;
+      }
     }
     return kEagerEntries;
   }
@@ -169,6 +180,7 @@ class EagerInbox {
   Entry entries_[kEagerEntries];
   uint64_t freed_ = 0;  // entries freed in eager order (the sender's entry freed_ % n is next)
   uint32_t held_ = 0;
+  uint32_t next_ = 0;  // where find() looks first
 };
 
 }  // namespace nnf::protocol::rdma

@@ -12,7 +12,7 @@
 //                message (0: the message did not fit; nothing was written)
 //   control 0, descriptors (to a send comm): bits 12..8 slot, bits 7..5 buffers minus one
 //   control 1, credits (to a send comm): bits 12..5 eager entries freed so far, modulo 256
-//   control 2, eager message (to a receive comm): bits 12..8 bounce entry (rdma_eager.h)
+//   control 2, eager message (to a receive comm): bits 12..5 bounce entry (rdma_eager.h)
 //   control 3, void (to a receive comm): bits 12..8 slot, bits 7..5 buffer index: the sender
 //              read that descriptor but sent its message eagerly; the slot may be reused
 //
@@ -73,7 +73,7 @@ inline uint64_t encodeCredits(uint32_t commId, uint32_t freed) {
   return encodeControl(commId, Control::kCredits, freed);
 }
 inline uint64_t encodeEager(uint32_t commId, uint32_t entry) {
-  return encodeControl(commId, Control::kEager, (entry & ((1u << kSlotBits) - 1)) << 3);
+  return encodeControl(commId, Control::kEager, entry);
 }
 inline uint64_t encodeVoid(uint32_t commId, uint32_t slot, uint32_t index) {
   return encodeControl(commId, Control::kVoid,
@@ -103,6 +103,7 @@ inline Immediate decode(uint64_t data) {
       break;
     case Control::kEager:
       imm.kind = ImmKind::kEager;
+      imm.slot = (low >> 5) & 0xff;
       break;
     default:
       imm.kind = ImmKind::kVoid;
@@ -143,7 +144,7 @@ constexpr size_t kNoticeOffset = 0;
 constexpr size_t kGrantOffset = kNoticeBytes;  // written by the receiver (rdma::Grant)
 constexpr size_t kGrantBytes = 64;
 constexpr size_t kEagerHeadersOffset = kGrantOffset + kGrantBytes;  // the sender's own
-constexpr size_t kEagerHeadersBytes = 16 * 16;  // kEagerEntries headers (rdma_eager.h)
+constexpr size_t kEagerHeadersBytes = 64 * 16;  // kEagerEntries headers (rdma_eager.h)
 constexpr size_t kRingOffset = kEagerHeadersOffset + kEagerHeadersBytes;
 constexpr size_t kArenaSlotBytes = kRingOffset + kRingBytes;
 constexpr size_t entryOffset(uint32_t slot) {

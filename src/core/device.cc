@@ -123,10 +123,12 @@ void Device::setUpEager(const config::Config& config) {
                        : rules.eagerMaxBytes;
   if (rules.writesWaitForTarget) {
     // Only inline writes complete while the receiver does not progress (busy elsewhere): the
-    // very case eager messages are for.
-    size_t inlineMax = injectLimit_ > sizeof(protocol::rdma::EagerHeader)
-                           ? injectLimit_ - sizeof(protocol::rdma::EagerHeader)
-                           : 0;
+    // very case eager messages are for. In order, the header may go inline ahead of the message
+    // (protocol/rdma_eager.cc), which then takes the whole inject size (4 KiB on shm).
+    size_t header = sizeof(protocol::rdma::EagerHeader);
+    size_t inlineMax = deliversInOrder_        ? injectLimit_
+                       : injectLimit_ > header ? injectLimit_ - header
+                                               : 0;
     eagerMaxBytes_ = std::min(eagerMaxBytes_, inlineMax);
   }
   const fi_tx_attr* tx = rail().info()->tx_attr;

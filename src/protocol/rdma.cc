@@ -13,6 +13,7 @@
 #include "core/send_comm.h"
 #include "core/tags.h"
 #include "log/log.h"
+#include "platform/provider_rules.h"
 #include "protocol/rdma_matching.h"
 #include "protocol/rdma_state.h"
 #include "protocol/rdma_wire.h"
@@ -302,6 +303,10 @@ abi::Result Rdma::startSend(core::SendComm& comm, ConnectInfo* info) {
   if (!state->ring.acquire()) return abi::kSystemError;  // logged by the arena
   info->ringAddress = state->ring->remoteAddress;
   info->ringKey = state->ring->key;
+  core::Device& device = comm.device();
+  state->headerAhead =
+      platform::rulesFor(platform::familyOf(device.provider())).writesWaitForTarget &&
+      device.deliversInOrder();
   state->closedAck.owner = &comm;
   comm.setProtocolState(std::move(state));
   return abi::kSuccess;
@@ -517,6 +522,7 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
   if (rail < rdma::kMaxRails) ++state.landed[rail];
   // The sender's last write has landed: a close waiting for it may end.
   if (state.awaitingAck && state.senderDone && state.allLanded()) state.awaitingAck = false;
+  if (imm.kind == rdma::ImmKind::kEagerHeader) return;  // its message follows (counted above)
   if (imm.kind == rdma::ImmKind::kEager) {
     rdma::onEagerLanded(receiver, state, imm.slot);
     return;

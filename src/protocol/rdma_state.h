@@ -63,8 +63,11 @@ struct SendState final : CommState {
   ArenaSlot ring;  // our close acknowledgement, the eager grant and headers, the descriptors
   SendMatcher matcher;
   EagerCredits credits;
-  Grant grant{};                  // the receiver's bounce area (read at its first credit write)
-  size_t eagerMaxBytes = 0;       // ours and the receiver's entries' size, the smaller
+  Grant grant{};             // the receiver's bounce area (read at its first credit write)
+  size_t eagerMaxBytes = 0;  // ours and the receiver's entries' size, the smaller
+  // The provider completes only inline writes while the receiver is busy (shm) and delivers in
+  // order: a message that fits the inject size without its header goes as two inline writes.
+  bool headerAhead = false;
   uint64_t lastDescriptorNs = 0;  // when the receiver's descriptors last came (every 8th group)
   uint64_t descriptorGroups = 0;
   // The receiver's last descriptor group said kEagerAhead: its small receives may go undescribed.

@@ -15,6 +15,9 @@
 //   control 2, eager message (to a receive comm): bits 12..5 bounce entry (rdma_eager.h)
 //   control 3, void (to a receive comm): bits 12..8 slot, bits 7..5 buffer index: the sender
 //              read that descriptor but sent its message eagerly; the slot may be reused
+//   control 4, eager header (to a receive comm): bits 12..5 bounce entry: the header alone,
+//              written ahead of its message where the two do not fit one inline write
+//              (rdma_eager.h); its message's write (control 2) follows and lands after it
 //
 // Where the provider carries 8 bytes of immediate data (cq_data_size >= 8: shm, tcp) the upper
 // 32 bits hold the segment's length, because not every provider reports the length of a remote
@@ -36,7 +39,7 @@ constexpr uint32_t kSlots = 32;  // grouped receives in flight per comm (NCCL_NE
 constexpr uint32_t kGroup = 8;   // buffers per grouped receive
 constexpr uint32_t kMaxSegments = 31;  // segments one message may be cut into
 
-enum class ImmKind : uint8_t { kData, kDescriptors, kCredits, kEager, kVoid };
+enum class ImmKind : uint8_t { kData, kDescriptors, kCredits, kEager, kVoid, kEagerHeader };
 
 struct Immediate {
   ImmKind kind = ImmKind::kData;
@@ -63,7 +66,13 @@ inline uint64_t encodeDescriptors(uint32_t commId, uint32_t slot, uint32_t count
 }
 
 // The control writes (kind bit set), by what bits 4..0 say.
-enum class Control : uint32_t { kDescriptors = 0, kCredits = 1, kEager = 2, kVoid = 3 };
+enum class Control : uint32_t {
+  kDescriptors = 0,
+  kCredits = 1,
+  kEager = 2,
+  kVoid = 3,
+  kEagerHeader = 4
+};
 
 inline uint64_t encodeControl(uint32_t commId, Control control, uint32_t middle) {
   return (uint64_t{1} << 31) | (uint64_t{commId & kMaxCommId} << 13) |
@@ -74,6 +83,9 @@ inline uint64_t encodeCredits(uint32_t commId, uint32_t freed) {
 }
 inline uint64_t encodeEager(uint32_t commId, uint32_t entry) {
   return encodeControl(commId, Control::kEager, entry);
+}
+inline uint64_t encodeEagerHeader(uint32_t commId, uint32_t entry) {
+  return encodeControl(commId, Control::kEagerHeader, entry);
 }
 inline uint64_t encodeVoid(uint32_t commId, uint32_t slot, uint32_t index) {
   return encodeControl(commId, Control::kVoid,
@@ -103,6 +115,10 @@ inline Immediate decode(uint64_t data) {
       break;
     case Control::kEager:
       imm.kind = ImmKind::kEager;
+      imm.slot = (low >> 5) & 0xff;
+      break;
+    case Control::kEagerHeader:
+      imm.kind = ImmKind::kEagerHeader;
       imm.slot = (low >> 5) & 0xff;
       break;
     default:

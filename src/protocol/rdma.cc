@@ -373,6 +373,17 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     slot = state.freeSlot(comm);
     if (slot == rdma::kSlots) return abi::kInProgress;
   }
+  if (!state.eagerTried && state.firstLanded) {
+    // The bounce area (64 entries, about 0.5 MiB at 8 KiB) goes only to comms that receive a
+    // second message and post a receive an eager message could fill: NCCL's step buffers are
+    // larger, and a comm that carried one message (10,000 of them in scale_test) takes none.
+    size_t eagerMax = comm.device().eagerMaxBytes();
+    for (int i = 0; i < count; ++i) {
+      if (sizes[i] > eagerMax) continue;
+      rdma::grantEager(comm, state);
+      break;
+    }
+  }
   auto* entries =
       reinterpret_cast<BufferDescriptor*>(state.staging->data + rdma::entryOffset(slot));
   bool small =
@@ -544,8 +555,8 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
     case rdma::SegmentOutcome::kComplete:
       receiver.onComplete(request->ops[imm.index], total);
       // The first message went by descriptor (its sender learned the buffer's size before
-      // writing); later small ones may go eagerly.
-      if (!state.eagerTried && !receiver.closed()) rdma::grantEager(receiver, state);
+      // writing); later small ones may go eagerly (postRecv grants the entries).
+      state.firstLanded = true;
       break;
     case rdma::SegmentOutcome::kTruncated: {
       core::Operation& op = request->ops[imm.index];

@@ -1,9 +1,11 @@
 // The eager path of the rdma protocol: a small message whose send finds no descriptor yet is
 // written at once into a bounce entry the receiver granted, instead of waiting for its receive.
 //
-// The receive comm takes a bounce area once its first message has landed (so that the first
-// message of a comm always goes by descriptor: its sender learns the buffer's size before it
-// writes, and idle comms hold no bounce area) and grants its entries to the sender (a credit write:
+// The receive comm takes a bounce area at the first receive that an entry could fill posted after
+// its first message has landed (so that the first message of a comm always goes by descriptor:
+// its sender learns the buffer's size before it writes; and comms that are idle, carried one
+// message or receive only into large buffers hold no bounce area) and grants its entries to the
+// sender (a credit write:
 // the Grant below into the sender's ring, immediate data kCredits). The sender writes the n-th
 // eager message into entry n mod kEagerEntries: its header (tag, sequence number, length), then the
 // message, as one write of two local iovs, so that the message goes straight from NCCL's buffer

@@ -110,6 +110,7 @@ struct RecvState final : CommState {
   ArenaSlot bounce;
   size_t bouncePayload = 0;  // bytes of message an entry holds
   bool eagerTried = false;   // grantEager ran (once a comm, whether it could grant or not)
+  bool firstLanded = false;  // a message landed: later receives that fit an entry take the area
   EagerInbox inbox;
   core::Operation creditWrite;
   uint64_t creditsReported = 0;  // entries freed as the sender last heard
@@ -292,7 +293,8 @@ void sendVoid(core::SendComm& comm, SendState& state, uint32_t slot, uint32_t in
 bool onVoidDone(core::SendComm& comm, SendState& state, core::Operation& op, int error);
 int voidsPending(const SendState& state);
 
-// Receiver. The first message received takes the bounce area and grants its entries.
+// Receiver. Takes the bounce area and grants its entries (postRecv: the first receive an entry
+// could fill after the comm's first message landed).
 void grantEager(core::RecvComm& comm, RecvState& state);
 // Whether a receive of `count` buffers can be filled by an eager message instead of its
 // descriptor: one host buffer that fits a bounce entry. Such a receive goes undescribed once the

@@ -252,7 +252,8 @@ bool takeWaitingHandle(core::SendComm& comm, core::Request& request, core::Memor
   return false;
 }
 
-// Entries came free: small sends waiting for their descriptors go eagerly instead, oldest first.
+// Entries came free, or the receiver said its small receives go undescribed, or went quiet: small
+// sends waiting for their descriptors go eagerly instead, oldest first.
 void sendWaitingEagerly(core::SendComm& comm, SendState& state) {
   if (state.matcher.sendsWaiting() == 0 || !rdma::eagerOpen(state)) return;
   while (state.credits.inUse() < rdma::kEagerEntries) {
@@ -276,6 +277,41 @@ void sendWaitingEagerly(core::SendComm& comm, SendState& state) {
       state.matcher.addWaiting(new (&op.context) rdma::WaitLink, tag, seq);
       return;
     }
+  }
+}
+
+abi::Result writeDescriptors(core::RecvComm& comm, RecvState& state, uint32_t slot, uint32_t count);
+
+// Describes the undescribed receive of `slot` now, with kEagerAhead: the receiver's run of
+// undescribed small receives goes on, so the sender keeps sending small messages eagerly.
+void describeLate(core::RecvComm& comm, RecvState& state, uint32_t slot) {
+  state.undescribed &= ~(1u << slot);
+  auto* entries =
+      reinterpret_cast<BufferDescriptor*>(state.staging->data + rdma::entryOffset(slot));
+  entries[0].flags |= rdma::kEagerAhead;
+  if (writeDescriptors(comm, state, slot, state.progress(slot).groupSize()) == abi::kSuccess) {
+    return;
+  }
+  core::Request* request = state.request(slot);
+  state.release(slot);
+  if (request != nullptr) failUndescribed(comm, *request, FI_EIO);
+}
+
+// The sender's answer to the grant: it sends messages up to `maxBytes` eagerly. Undescribed
+// receives for larger ones are described now rather than after kLateDescribeNs.
+void onEagerLimit(core::RecvComm& comm, RecvState& state, size_t maxBytes) {
+  if (maxBytes >= state.senderEagerMax) return;
+  state.senderEagerMax = maxBytes;
+  if (maxBytes < state.bouncePayload) {
+    NNF_INFO(abi::kLogSubsysNet,
+             "comm %u: its sender sends messages up to %zu bytes eagerly; larger receives are "
+             "described",
+             comm.id(), maxBytes);
+  }
+  for (uint32_t waiting = state.undescribed; waiting != 0; waiting &= waiting - 1) {
+    auto slot = static_cast<uint32_t>(__builtin_ctz(waiting));
+    core::Request* request = state.requestAt(slot);
+    if (request != nullptr && request->ops[0].length > maxBytes) describeLate(comm, state, slot);
   }
 }
 
@@ -308,6 +344,7 @@ abi::Result Rdma::startSend(core::SendComm& comm, ConnectInfo* info) {
       platform::rulesFor(platform::familyOf(device.provider())).writesWaitForTarget &&
       device.deliversInOrder();
   state->closedAck.owner = &comm;
+  state->limitWrite.owner = &comm;
   comm.setProtocolState(std::move(state));
   return abi::kSuccess;
 }
@@ -492,9 +529,11 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
     const auto* entries =
         reinterpret_cast<const BufferDescriptor*>(state.ring->data + rdma::entryOffset(imm.slot));
     // Stamped every 8th group: at most a few microseconds stale in a stream, against a quiet
-    // time of 1 ms, for an eighth of the clock reads (every descriptor group pays this test).
-    if (state.eagerMaxBytes > 0 && (state.descriptorGroups++ & 7) == 0) {
+    // time of 1 ms, for an eighth of the clock reads (every descriptor group pays this test);
+    // and the first group after a quiet time, which ends it.
+    if (state.eagerMaxBytes > 0 && ((state.descriptorGroups++ & 7) == 0 || state.quietOpen)) {
       state.lastDescriptorNs = core::nowNs();
+      state.quietOpen = false;
     }
     state.matcher.expectGroup(imm.count);
     bool wasAhead = state.eagerAhead;
@@ -534,6 +573,10 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
   // The sender's last write has landed: a close waiting for it may end.
   if (state.awaitingAck && state.senderDone && state.allLanded()) state.awaitingAck = false;
   if (imm.kind == rdma::ImmKind::kEagerHeader) return;  // its message follows (counted above)
+  if (imm.kind == rdma::ImmKind::kEagerLimit) {
+    onEagerLimit(receiver, state, imm.count);
+    return;
+  }
   if (imm.kind == rdma::ImmKind::kEager) {
     rdma::onEagerLanded(receiver, state, imm.slot);
     return;
@@ -581,7 +624,11 @@ bool Rdma::onOwnCompletion(core::DataComm& comm, core::Operation& op, int error)
   if (comm.kind() == core::Comm::Kind::kSend) {
     SendState& state = sendState(comm);
     if (&op == &state.closedAck) return true;
-    if (!rdma::onVoidDone(static_cast<core::SendComm&>(comm), state, op, error)) return false;
+    auto& sender = static_cast<core::SendComm&>(comm);
+    if (!rdma::onLimitWriteDone(sender, state, op, error) &&
+        !rdma::onVoidDone(sender, state, op, error)) {
+      return false;
+    }
     onWriteDone(comm);  // a close answer may wait for this write
     return true;
   }
@@ -621,7 +668,15 @@ bool Rdma::onRequestRead(core::DataComm& comm, core::Operation& op, int error) {
 }
 
 void Rdma::onWaiting(core::DataComm& comm, core::Request& request, uint64_t waitedNs) {
-  if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return;
+  if (comm.protocolState() == nullptr) return;
+  if (comm.kind() == core::Comm::Kind::kSend) {
+    // Small sends waiting for descriptors of a receiver gone quiet (kEagerQuietNs) go eagerly:
+    // no descriptor and no credit write may come to say so.
+    if (waitedNs >= rdma::kEagerQuietNs) {
+      sendWaitingEagerly(static_cast<core::SendComm&>(comm), sendState(comm));
+    }
+    return;
+  }
   RecvState& state = recvState(comm);
   uint32_t slot = request.slot;
   if (slot >= rdma::kSlots || (state.undescribed & (1u << slot)) == 0 ||
@@ -629,21 +684,9 @@ void Rdma::onWaiting(core::DataComm& comm, core::Request& request, uint64_t wait
     return;
   }
   // Nothing came eagerly: the message may be larger than the buffer, or its sender may have had
-  // no entry free. Described now, it finds its send (and a truncation is refused there).
-  state.undescribed &= ~(1u << slot);
-  state.eagerAheadSaid = false;
-  if (++state.lateInARow >= rdma::kLateDescribesToGiveUp && !state.describeAll) {
-    state.describeAll = true;
-    NNF_INFO(abi::kLogSubsysNet,
-             "comm %u: %u small receives in a row had to be described late (the sender sends "
-             "none eagerly); every receive is described from now on",
-             comm.id(), state.lateInARow);
-  }
-  auto& receiver = static_cast<core::RecvComm&>(comm);
-  abi::Result result = writeDescriptors(receiver, state, slot, state.progress(slot).groupSize());
-  if (result == abi::kSuccess) return;
-  state.release(slot);
-  failUndescribed(comm, request, FI_EIO);
+  // no entry free, or was away. Described now, it finds its send (and a truncation is refused
+  // there); the run goes on.
+  describeLate(static_cast<core::RecvComm&>(comm), state, slot);
 }
 
 void Rdma::forget(core::DataComm& comm, core::Request& request) {
@@ -672,7 +715,8 @@ int Rdma::ownInFlight(const core::DataComm& comm) const {
     // Queued counts too: a comm freed with an operation in the device's retry queue would
     // leave the queue pointing into freed memory.
     if (state.closedAck.inFlight || state.closedAck.queued) return 1;
-    return rdma::voidsPending(state) + (ringExposed(comm, state) ? 1 : 0);
+    int limit = state.limitWrite.inFlight || state.limitWrite.queued ? 1 : 0;
+    return limit + rdma::voidsPending(state) + (ringExposed(comm, state) ? 1 : 0);
   }
   auto& state = *static_cast<RecvState*>(comm.protocolState());
   int count = rdma::bounceExposed(comm, state) ? 1 : 0;
@@ -755,7 +799,8 @@ void Rdma::onWriteDone(core::DataComm& comm) {
   if (comm.kind() != core::Comm::Kind::kSend || comm.protocolState() == nullptr) return;
   SendState& state = sendState(comm);
   if (!state.ackOwed || comm.callerOpsInFlight() > 0 || state.closedAck.inFlight ||
-      state.closedAck.queued || rdma::voidsPending(state) > 0) {
+      state.closedAck.queued || state.limitWrite.inFlight || state.limitWrite.queued ||
+      rdma::voidsPending(state) > 0) {
     return;
   }
   state.ackOwed = false;

@@ -112,6 +112,7 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
     state.voids.reset(new (std::nothrow) VoidWrites);
     if (!state.voids) {
       state.eagerMaxBytes = 0;
+      announceEagerLimit(comm, state);  // the receiver stops waiting for eager messages
       return false;
     }
   }
@@ -198,13 +199,42 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
 }
 
 void onCredits(core::SendComm& comm, SendState& state, uint32_t freedMod256) {
-  if (!state.credits.granted()) {
+  bool first = !state.credits.granted();
+  if (first) {
     // Every credit write carries the grant: whichever lands first describes the area.
     memcpy(&state.grant, state.ring->data + kGrantOffset, sizeof(state.grant));
     state.eagerMaxBytes = std::min<size_t>(comm.device().eagerMaxBytes(), state.grant.payload);
     if (state.grant.entries != kEagerEntries) state.eagerMaxBytes = 0;  // not ours to guess
   }
   state.credits.onCredits(freedMod256);
+  if (first) announceEagerLimit(comm, state);
+}
+
+void announceEagerLimit(core::SendComm& comm, SendState& state) {
+  core::Operation& write = state.limitWrite;
+  // One answer in flight at a time: a second (the limit dropped to 0) is rare enough to skip.
+  if (write.inFlight || write.queued || state.receiverDone || !state.credits.granted()) return;
+  write.owner = &comm;
+  write.request = nullptr;
+  write.type = core::OpType::kWrite;
+  write.rail = 0;
+  write.peer = comm.peer();
+  write.buffer = nullptr;
+  write.length = 0;
+  write.desc = nullptr;
+  write.headerLength = 0;
+  write.remoteAddress = state.grant.address;  // nothing is written: any valid target does
+  write.remoteKey = state.grant.key;
+  write.tag = encodeEagerLimit(comm.remoteId(), state.eagerMaxBytes);
+  // A failure is the device's to log: the receiver then describes late what never comes.
+  if (writeOwn(comm.device(), write) != abi::kSuccess) return;
+  if (!write.inFlight && !write.queued) ++state.written.written[0];  // inline: done already
+}
+
+bool onLimitWriteDone(core::SendComm& comm, SendState& state, core::Operation& op, int error) {
+  if (&op != &state.limitWrite) return false;
+  if (error == 0) ++state.written.written[0];  // the receiver counts what lands
+  return true;
 }
 
 void sendVoid(core::SendComm& comm, SendState& state, uint32_t slot, uint32_t index,
@@ -302,10 +332,7 @@ void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry) {
     return;
   }
   // Not received yet: it waits for its irecv.
-  if (!behind(header.seq, comm.sequences().peek(header.tag))) {
-    state.lateInARow = 0;  // the eager path serves this sender
-    return;
-  }
+  if (!behind(header.seq, comm.sequences().peek(header.tag))) return;  // waits for its irecv
   uint32_t slot, index;
   if (!findDescribed(state, header.tag, header.seq, &slot, &index)) {
     freeEntry(comm, state, entry);  // its receive failed or was given up
@@ -313,9 +340,6 @@ void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry) {
   }
   core::Request& request = *state.request(slot);
   bool described = (state.undescribed & (1u << slot)) == 0;
-  // Filling an undescribed receive is what the eager path is for; one crossing a described
-  // buffer (a late description, say) does not count.
-  if (!described) state.lateInARow = 0;
   rdma::SegmentOutcome outcome = state.progress(slot).onEager(index, header.length, described);
   if (outcome == SegmentOutcome::kInvalid) {
     freeEntry(comm, state, entry);

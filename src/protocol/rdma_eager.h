@@ -24,8 +24,12 @@
 // message, not two, in a ping-pong). The sender, told so, sends small messages eagerly at once
 // when no descriptor is there. A receive larger than an entry, of GPU memory or of several
 // buffers is described as before and ends the run. An undescribed receive that nothing filled
-// within kLateDescribeNs (the sender's message is larger, or it had no entry free) is described
-// then, without kEagerAhead: a truncation is still found at the sender, and nothing waits forever.
+// within kLateDescribeNs (the sender's message is larger, or it had no entry free, or it was
+// descheduled) is described then, still with kEagerAhead: a truncation is still found at the
+// sender, nothing waits forever, and the run goes on. The sender answers the grant with the
+// largest message it sends eagerly (kEagerLimit, 0 with NCCL_FABRIC_EAGER_MAX=0 on its side):
+// larger receives are described, so that none waits kLateDescribeNs for a message that would
+// never come eagerly.
 #pragma once
 
 #include <cstddef>
@@ -47,11 +51,11 @@ constexpr uint32_t kEagerEntries = 64;
 // with a 50 us quiet time two thirds of a 512-byte stream went eagerly, every one crossed, at
 // 0.71 of raw against 0.97 (docs/performance.md).
 constexpr uint64_t kEagerQuietNs = 1000000;
-// An undescribed receive still empty after this long is described (checked every 64 tests).
+// An undescribed receive still empty after this long is described (checked every 64 tests). It
+// changes nothing else: the run of undescribed receives goes on (a sender that was merely
+// descheduled sends eagerly again), and the receives a sender never fills eagerly are known
+// from its answer to the grant (kEagerLimit), not guessed from timings.
 constexpr uint64_t kLateDescribeNs = 1000000;
-// After this many late descriptions with no eager message landing between them, the comm
-// describes every receive: its sender does not go eagerly, or sends too slowly for it to matter.
-constexpr uint32_t kLateDescribesToGiveUp = 4;
 // The receiver returns freed entries by this many: a credit write every 8 small messages of a
 // ping-pong (every 4 cost 0.01 us more a message on shm); a window of 32 messages leaves at most
 // 7 entries unreported.

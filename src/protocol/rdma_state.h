@@ -70,6 +70,11 @@ struct SendState final : CommState {
   bool headerAhead = false;
   uint64_t lastDescriptorNs = 0;  // when the receiver's descriptors last came (every 8th group)
   uint64_t descriptorGroups = 0;
+  // Sends went eagerly because the receiver was quiet: the next descriptor group ends that (its
+  // arrival is stamped whatever its number), so that sends stop crossing descriptors at once.
+  bool quietOpen = false;
+  // Our answer to the receiver's grant: the largest message we send eagerly (kEagerLimit).
+  core::Operation limitWrite;
   // The receiver's last descriptor group said kEagerAhead: its small receives may go undescribed.
   bool eagerAhead = false;
   std::unique_ptr<VoidWrites> voids;
@@ -118,11 +123,9 @@ struct RecvState final : CommState {
   // described): bit s, slot s serves one; it is described late if nothing came for it.
   uint32_t undescribed = 0;
   bool eagerAheadSaid = false;
-  // Late descriptions since an eager message last landed before its receive or filled an
-  // undescribed one: a sender that does not go eagerly (its NCCL_FABRIC_EAGER_MAX is 0, or it
-  // is slower than kLateDescribeNs) turns undescribed receives off for good.
-  uint32_t lateInARow = 0;
-  bool describeAll = false;
+  // The largest message the sender sends eagerly, as it answered the grant (kEagerLimit; until
+  // then, as large as an entry): a receive above it is described.
+  size_t senderEagerMax = ~size_t{0};
   bool creditsOwed = false;    // a credit write is due once the one in flight completes
   uint64_t lingerUntilNs = 0;  // closed: the bounce area is set aside after this (0: never)
   uint8_t* entry(uint32_t e) { return bounce->data + bounceEntryOffset(e, bouncePayload); }
@@ -269,14 +272,18 @@ inline bool lingering(uint64_t deadlineNs) {
 // --- the eager path (rdma_eager.cc); device lock held ---
 
 // Whether sends may go eagerly now: the receiver granted its entries, and either said that its
-// small receives go undescribed or has been quiet (no descriptor for kEagerQuietNs).
-inline bool eagerOpen(const SendState& state) {
-  return state.eagerMaxBytes > 0 && state.credits.granted() &&
-         (state.eagerAhead || core::nowNs() - state.lastDescriptorNs >= kEagerQuietNs);
+// small receives go undescribed or has been quiet (no descriptor for kEagerQuietNs: it is busy
+// elsewhere, or descheduled; SendState::quietOpen until its next descriptors come).
+inline bool eagerOpen(SendState& state) {
+  if (state.eagerMaxBytes == 0 || !state.credits.granted()) return false;
+  if (state.eagerAhead) return true;
+  if (core::nowNs() - state.lastDescriptorNs < kEagerQuietNs) return false;
+  state.quietOpen = true;
+  return true;
 }
 
 // Whether a send of `size` bytes may go eagerly now (sendEager's precondition).
-inline bool mayGoEagerly(const SendState& state, size_t size) {
+inline bool mayGoEagerly(SendState& state, size_t size) {
   return size <= state.eagerMaxBytes && eagerOpen(state);
 }
 
@@ -286,6 +293,10 @@ inline bool mayGoEagerly(const SendState& state, size_t size) {
 bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, int32_t tag,
                uint16_t seq, core::MemoryHandle* handle);
 void onCredits(core::SendComm& comm, SendState& state, uint32_t freedMod256);
+// Tells the receiver the largest message we send eagerly (at its grant, and if that drops to 0).
+void announceEagerLimit(core::SendComm& comm, SendState& state);
+// The limit write ended: true when `op` was it.
+bool onLimitWriteDone(core::SendComm& comm, SendState& state, core::Operation& op, int error);
 // Answers a descriptor whose message went eagerly: the receiver may then reuse its slot.
 void sendVoid(core::SendComm& comm, SendState& state, uint32_t slot, uint32_t index,
               const BufferDescriptor& buffer);
@@ -301,7 +312,8 @@ void grantEager(core::RecvComm& comm, RecvState& state);
 // sender was told so (RecvState::eagerAheadSaid).
 inline bool eagerFillable(const RecvState& state, int count, size_t size,
                           const core::MemoryHandle* handle) {
-  return count == 1 && state.bounce.held() && !state.describeAll && size <= state.bouncePayload &&
+  return count == 1 && state.bounce.held() && size <= state.bouncePayload &&
+         size <= state.senderEagerMax &&
          (handle == nullptr || handle->type == memory::MemType::kHost);
 }
 // Copies the message in bounce `entry` into buffer `index` of `request` (memcpy, or an RDMA

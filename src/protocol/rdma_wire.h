@@ -18,6 +18,9 @@
 //   control 4, eager header (to a receive comm): bits 12..5 bounce entry: the header alone,
 //              written ahead of its message where the two do not fit one inline write
 //              (rdma_eager.h); its message's write (control 2) follows and lands after it
+//   control 5, eager limit (to a receive comm): bits 12..5 the largest message the sender
+//              sends eagerly, in units of kEagerLimitUnit bytes (0: none), its answer to the
+//              grant: receives above it are described (rdma_eager.h)
 //
 // Where the provider carries 8 bytes of immediate data (cq_data_size >= 8: shm, tcp) the upper
 // 32 bits hold the segment's length, because not every provider reports the length of a remote
@@ -39,7 +42,15 @@ constexpr uint32_t kSlots = 32;  // grouped receives in flight per comm (NCCL_NE
 constexpr uint32_t kGroup = 8;   // buffers per grouped receive
 constexpr uint32_t kMaxSegments = 31;  // segments one message may be cut into
 
-enum class ImmKind : uint8_t { kData, kDescriptors, kCredits, kEager, kVoid, kEagerHeader };
+enum class ImmKind : uint8_t {
+  kData,
+  kDescriptors,
+  kCredits,
+  kEager,
+  kVoid,
+  kEagerHeader,
+  kEagerLimit
+};
 
 struct Immediate {
   ImmKind kind = ImmKind::kData;
@@ -47,7 +58,7 @@ struct Immediate {
   uint32_t slot = 0;      // kData, kDescriptors, kVoid; kEager: the bounce entry
   uint32_t index = 0;     // kData, kVoid
   uint32_t segments = 0;  // kData; 0: truncation notice
-  uint32_t count = 0;     // kDescriptors; kCredits: entries freed, modulo 256
+  uint32_t count = 0;     // kDescriptors; kCredits: entries freed, modulo 256; kEagerLimit: bytes
   uint32_t length = 0;    // upper 32 bits (where the provider carries them)
 };
 
@@ -71,7 +82,8 @@ enum class Control : uint32_t {
   kCredits = 1,
   kEager = 2,
   kVoid = 3,
-  kEagerHeader = 4
+  kEagerHeader = 4,
+  kEagerLimit = 5
 };
 
 inline uint64_t encodeControl(uint32_t commId, Control control, uint32_t middle) {
@@ -86,6 +98,12 @@ inline uint64_t encodeEager(uint32_t commId, uint32_t entry) {
 }
 inline uint64_t encodeEagerHeader(uint32_t commId, uint32_t entry) {
   return encodeControl(commId, Control::kEagerHeader, entry);
+}
+constexpr uint32_t kEagerLimitUnit = 64;
+inline uint64_t encodeEagerLimit(uint32_t commId, size_t maxBytes) {
+  size_t units = maxBytes / kEagerLimitUnit;
+  return encodeControl(commId, Control::kEagerLimit,
+                       static_cast<uint32_t>(units < 255 ? units : 255));
 }
 inline uint64_t encodeVoid(uint32_t commId, uint32_t slot, uint32_t index) {
   return encodeControl(commId, Control::kVoid,
@@ -120,6 +138,10 @@ inline Immediate decode(uint64_t data) {
     case Control::kEagerHeader:
       imm.kind = ImmKind::kEagerHeader;
       imm.slot = (low >> 5) & 0xff;
+      break;
+    case Control::kEagerLimit:
+      imm.kind = ImmKind::kEagerLimit;
+      imm.count = ((low >> 5) & 0xff) * kEagerLimitUnit;
       break;
     default:
       imm.kind = ImmKind::kVoid;

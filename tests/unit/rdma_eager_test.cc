@@ -89,6 +89,23 @@ TEST(RdmaEagerWire, EveryBounceEntryTravelsInTheEagerWrite) {
   }
 }
 
+TEST(RdmaEagerWire, TheHeaderAheadAndTheSendersLimitDecodeToWhatWasEncoded) {
+  Immediate header = decode(encodeEagerHeader(777, kEagerEntries - 1));
+  EXPECT_EQ(header.kind, ImmKind::kEagerHeader);
+  EXPECT_EQ(header.commId, 777u);
+  EXPECT_EQ(header.slot, kEagerEntries - 1);
+  EXPECT_EQ(encodeEagerHeader(kMaxCommId, kEagerEntries - 1) >> 32, 0u) << "EFA carries 32 bits";
+  // The limit travels in units of 64 bytes, rounded down: the receiver never leaves a receive
+  // undescribed for a message the sender would not send eagerly.
+  for (size_t bytes : {size_t{0}, size_t{63}, size_t{4080}, size_t{4096}, size_t{8192}}) {
+    Immediate limit = decode(encodeEagerLimit(kMaxCommId, bytes));
+    EXPECT_EQ(limit.kind, ImmKind::kEagerLimit);
+    EXPECT_EQ(limit.commId, kMaxCommId);
+    EXPECT_EQ(limit.count, bytes / kEagerLimitUnit * kEagerLimitUnit) << bytes << " bytes";
+  }
+  EXPECT_EQ(decode(encodeEagerLimit(1, 1u << 20)).count, 255 * kEagerLimitUnit);
+}
+
 TEST(RdmaEagerInbox, MessagesTakenInAnyOrderAreFoundWhereverTheyAre) {
   EagerInbox inbox;
   for (uint32_t e = 0; e < kEagerEntries; ++e) {

@@ -266,6 +266,38 @@ int voidsPending(const SendState& state) {
   return count;
 }
 
+// Describes the undescribed receive of `slot` now, with kEagerAhead: the receiver's run of
+// undescribed small receives goes on, so the sender keeps sending small messages eagerly.
+void describeLate(core::RecvComm& comm, RecvState& state, uint32_t slot) {
+  state.undescribed &= ~(1u << slot);
+  auto* entries = reinterpret_cast<BufferDescriptor*>(state.staging->data + entryOffset(slot));
+  entries[0].flags |= kEagerAhead;
+  if (writeDescriptors(comm, state, slot, state.progress(slot).groupSize()) == abi::kSuccess) {
+    return;
+  }
+  core::Request* request = state.request(slot);
+  state.release(slot);
+  if (request != nullptr) failUndescribed(comm, *request, FI_EIO);
+}
+
+// The sender's answer to the grant: it sends messages up to `maxBytes` eagerly. Undescribed
+// receives for larger ones are described now rather than after kLateDescribeNs.
+void onEagerLimit(core::RecvComm& comm, RecvState& state, size_t maxBytes) {
+  if (maxBytes >= state.senderEagerMax) return;
+  state.senderEagerMax = maxBytes;
+  if (maxBytes < state.bouncePayload) {
+    NNF_INFO(abi::kLogSubsysNet,
+             "comm %u: its sender sends messages up to %zu bytes eagerly; larger receives are "
+             "described",
+             comm.id(), maxBytes);
+  }
+  for (uint32_t waiting = state.undescribed; waiting != 0; waiting &= waiting - 1) {
+    auto slot = static_cast<uint32_t>(__builtin_ctz(waiting));
+    core::Request* request = state.requestAt(slot);
+    if (request != nullptr && request->ops[0].length > maxBytes) describeLate(comm, state, slot);
+  }
+}
+
 void grantEager(core::RecvComm& comm, RecvState& state) {
   core::Device& device = comm.device();
   state.eagerTried = true;

@@ -269,6 +269,21 @@ inline bool lingering(uint64_t deadlineNs) {
   return deadlineNs == 0 || core::nowNs() < deadlineNs;
 }
 
+// --- shared by the protocol's files; device lock held ---
+
+// Receiver (rdma.cc). Writes the descriptors of `count` buffers staged for `slot` into the
+// sender's ring.
+abi::Result writeDescriptors(core::RecvComm& comm, RecvState& state, uint32_t slot, uint32_t count);
+// The descriptors of `request` (its slot released) could not be written: no data will come for
+// it, so it fails as one of its buffers would (one WARN a comm).
+void failUndescribed(core::DataComm& comm, core::Request& request, int error);
+
+// Sender (rdma_write.cc). Posts the writes of the send in `request` into the buffer `arrived`
+// describes, one share per rail, or tells the receiver that the message does not fit. `handle`:
+// the send's registration (null for buffers without one). Failures land in the request.
+void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arrived,
+                const BufferDescriptor& buffer, core::MemoryHandle* handle);
+
 // --- the eager path (rdma_eager.cc); device lock held ---
 
 // Whether sends may go eagerly now: the receiver granted its entries, and either said that its
@@ -322,6 +337,11 @@ void deliverEager(core::RecvComm& comm, RecvState& state, core::Request& request
                   uint32_t entry, core::MemoryHandle* handle);
 void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry);
 void onVoidLanded(core::RecvComm& comm, RecvState& state, uint32_t slot, uint32_t index);
+// Describes the undescribed receive of `slot` now, with kEagerAhead: the run of undescribed
+// small receives goes on, so the sender keeps sending small messages eagerly.
+void describeLate(core::RecvComm& comm, RecvState& state, uint32_t slot);
+// The sender's answer to the grant (kEagerLimit): it sends messages up to `maxBytes` eagerly.
+void onEagerLimit(core::RecvComm& comm, RecvState& state, size_t maxBytes);
 // The credit write ended: true when `op` was it.
 bool onCreditWriteDone(core::RecvComm& comm, RecvState& state, core::Operation& op, int error);
 // A read copying an eager message into GPU memory ended: true when `op` was one.

@@ -415,6 +415,11 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
     rdma::onEagerLimit(receiver, state, imm.count);
     return;
   }
+  if (imm.kind == rdma::ImmKind::kEagerImplied) {
+    rdma::EagerHeader header{0, static_cast<uint16_t>(imm.count), 0, imm.length, 0};
+    rdma::onEagerLanded(receiver, state, imm.slot, &header);
+    return;
+  }
   if (imm.kind == rdma::ImmKind::kEager) {
     rdma::onEagerLanded(receiver, state, imm.slot);
     return;

@@ -147,6 +147,29 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
     abi::Result injected = device.inject(gathered);
     if (injected == abi::kSuccess) {
       ++state.written.written[0];
+      state.headerSaid = true;
+      state.lastHeaderTag = tag;
+      op.transferred = size;
+      request.state = core::Request::State::kDone;
+      return true;
+    }
+    if (injected != abi::kInProgress) {
+      request.state = core::Request::State::kFailed;
+      request.error = injected;
+      return true;
+    }
+  }
+  if (hostBuffer && state.headerAhead && size <= device.injectLimit() && state.headerSaid &&
+      state.lastHeaderTag == tag && device.immediateCarriesLength()) {
+    // The receiver knows the tag from the last header (in order, every write lands after the
+    // ones before it), and the immediate carries the rest: one inline write.
+    core::Operation message = op;
+    message.headerLength = 0;
+    message.remoteAddress += sizeof(EagerHeader);
+    message.tag = encodeEagerImplied(comm.remoteId(), entry, seq, static_cast<uint16_t>(size));
+    abi::Result injected = device.inject(message);
+    if (injected == abi::kSuccess) {
+      ++state.written.written[0];
       op.transferred = size;
       request.state = core::Request::State::kDone;
       return true;
@@ -169,6 +192,8 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
     abi::Result injected = device.inject(head);
     if (injected == abi::kSuccess) {
       ++state.written.written[0];
+      state.headerSaid = true;
+      state.lastHeaderTag = tag;
       core::Operation message = op;
       message.headerLength = 0;
       message.remoteAddress += sizeof(EagerHeader);
@@ -187,6 +212,8 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
       return true;
     }
   }
+  // A posted write may still fail: the receiver may never read its header.
+  state.headerSaid = false;
   abi::Result result = device.post(op);
   if (result != abi::kSuccess) {
     request.state = core::Request::State::kFailed;
@@ -347,10 +374,21 @@ void deliverEager(core::RecvComm& comm, RecvState& state, core::Request& request
   comm.onComplete(op, length);
 }
 
-void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry) {
+void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry,
+                   const EagerHeader* implied) {
   if (!state.bounce.held() || entry >= kEagerEntries) return;
   EagerHeader header;
-  memcpy(&header, state.entry(entry), sizeof(header));
+  if (implied == nullptr) {
+    memcpy(&header, state.entry(entry), sizeof(header));
+    state.headerSeen = true;
+    state.lastHeaderTag = header.tag;
+  } else if (state.headerSeen) {
+    header = *implied;
+    header.tag = state.lastHeaderTag;
+  } else {
+    NNF_WARN("comm %u: an eager message without a header before any header; dropped", comm.id());
+    return;
+  }
   if (header.length > state.bouncePayload ||
       !state.inbox.land(entry, header.tag, header.seq, header.length)) {
     NNF_WARN(

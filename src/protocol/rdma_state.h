@@ -68,6 +68,10 @@ struct SendState final : CommState {
   // The provider completes only inline writes while the receiver is busy (shm) and delivers in
   // order: a message that fits the inject size without its header goes as two inline writes.
   bool headerAhead = false;
+  // The tag of the last eager header the receiver surely got (written inline): a message of the
+  // same tag that needs its header ahead goes without it (control 6), one write instead of two.
+  bool headerSaid = false;
+  int32_t lastHeaderTag = 0;
   uint64_t lastDescriptorNs = 0;  // when the receiver's descriptors last came (every 8th group)
   uint64_t descriptorGroups = 0;
   // Sends went eagerly because the receiver was quiet: the next descriptor group ends that (its
@@ -117,6 +121,9 @@ struct RecvState final : CommState {
   bool eagerTried = false;   // grantEager ran (once a comm, whether it could grant or not)
   bool firstLanded = false;  // a message landed: later receives that fit an entry take the area
   EagerInbox inbox;
+  // The tag of the last eager header read (its sender's next headerless message has it).
+  bool headerSeen = false;
+  int32_t lastHeaderTag = 0;
   core::Operation creditWrite;
   uint64_t creditsReported = 0;  // entries freed as the sender last heard
   // Small receives go undescribed once the sender was told so (kEagerAhead on the last group
@@ -335,7 +342,9 @@ inline bool eagerFillable(const RecvState& state, int count, size_t size,
 // read into GPU memory, which completes the buffer later) and frees the entry.
 void deliverEager(core::RecvComm& comm, RecvState& state, core::Request& request, uint32_t index,
                   uint32_t entry, core::MemoryHandle* handle);
-void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry);
+// An eager message landed in `entry`; `implied`: its header, where it came without one.
+void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry,
+                   const EagerHeader* implied = nullptr);
 void onVoidLanded(core::RecvComm& comm, RecvState& state, uint32_t slot, uint32_t index);
 // Describes the undescribed receive of `slot` now, with kEagerAhead: the run of undescribed
 // small receives goes on, so the sender keeps sending small messages eagerly.

@@ -21,6 +21,9 @@
 //   control 5, eager limit (to a receive comm): bits 12..5 the largest message the sender
 //              sends eagerly, in units of kEagerLimitUnit bytes (0: none), its answer to the
 //              grant: receives above it are described (rdma_eager.h)
+//   control 6, eager message without its header (to a receive comm; where the provider delivers
+//              in order and carries 8 bytes): bits 12..5 bounce entry, bits 63..48 the
+//              sequence number, 47..32 the length; its tag is that of the comm's last header
 //
 // Where the provider carries 8 bytes of immediate data (cq_data_size >= 8: shm, tcp) the upper
 // 32 bits hold the segment's length, because not every provider reports the length of a remote
@@ -49,7 +52,8 @@ enum class ImmKind : uint8_t {
   kEager,
   kVoid,
   kEagerHeader,
-  kEagerLimit
+  kEagerLimit,
+  kEagerImplied
 };
 
 struct Immediate {
@@ -83,7 +87,8 @@ enum class Control : uint32_t {
   kEager = 2,
   kVoid = 3,
   kEagerHeader = 4,
-  kEagerLimit = 5
+  kEagerLimit = 5,
+  kEagerImplied = 6
 };
 
 inline uint64_t encodeControl(uint32_t commId, Control control, uint32_t middle) {
@@ -98,6 +103,10 @@ inline uint64_t encodeEager(uint32_t commId, uint32_t entry) {
 }
 inline uint64_t encodeEagerHeader(uint32_t commId, uint32_t entry) {
   return encodeControl(commId, Control::kEagerHeader, entry);
+}
+inline uint64_t encodeEagerImplied(uint32_t commId, uint32_t entry, uint16_t seq, uint16_t length) {
+  return (uint64_t{seq} << 48) | (uint64_t{length} << 32) |
+         encodeControl(commId, Control::kEagerImplied, entry);
 }
 constexpr uint32_t kEagerLimitUnit = 64;
 inline uint64_t encodeEagerLimit(uint32_t commId, size_t maxBytes) {
@@ -142,6 +151,12 @@ inline Immediate decode(uint64_t data) {
     case Control::kEagerLimit:
       imm.kind = ImmKind::kEagerLimit;
       imm.count = ((low >> 5) & 0xff) * kEagerLimitUnit;
+      break;
+    case Control::kEagerImplied:
+      imm.kind = ImmKind::kEagerImplied;
+      imm.slot = (low >> 5) & 0xff;
+      imm.count = static_cast<uint32_t>(data >> 48);            // sequence number
+      imm.length = static_cast<uint32_t>(data >> 32) & 0xffff;  // bytes
       break;
     default:
       imm.kind = ImmKind::kVoid;

@@ -106,6 +106,19 @@ TEST(RdmaEagerWire, TheHeaderAheadAndTheSendersLimitDecodeToWhatWasEncoded) {
   EXPECT_EQ(decode(encodeEagerLimit(1, 1u << 20)).count, 255 * kEagerLimitUnit);
 }
 
+TEST(RdmaEagerWire, AMessageWithoutItsHeaderCarriesItsSequenceNumberAndLength) {
+  Immediate implied = decode(encodeEagerImplied(kMaxCommId, kEagerEntries - 1, 65535, 4096));
+  EXPECT_EQ(implied.kind, ImmKind::kEagerImplied);
+  EXPECT_EQ(implied.commId, kMaxCommId);
+  EXPECT_EQ(implied.slot, kEagerEntries - 1);
+  EXPECT_EQ(implied.count, 65535u);
+  EXPECT_EQ(implied.length, 4096u);
+  Immediate none = decode(encodeEagerImplied(3, 0, 0, 0));
+  EXPECT_EQ(none.kind, ImmKind::kEagerImplied);
+  EXPECT_EQ(none.count, 0u);
+  EXPECT_EQ(none.length, 0u);
+}
+
 TEST(RdmaEagerInbox, MessagesTakenInAnyOrderAreFoundWhereverTheyAre) {
   EagerInbox inbox;
   for (uint32_t e = 0; e < kEagerEntries; ++e) {

@@ -253,7 +253,8 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     // second message and post a receive an eager message could fill: NCCL's step buffers are
     // larger, and a comm that carried one message (10,000 of them in scale_test) takes none.
     size_t eagerMax = comm.device().eagerMaxBytes();
-    for (int i = 0; i < count; ++i) {
+    if (eagerMax == 0) state.eagerTried = true;  // nothing to grant: never look again
+    for (int i = 0; i < count && eagerMax > 0; ++i) {
       if (sizes[i] > eagerMax) continue;
       rdma::grantEager(comm, state);
       break;

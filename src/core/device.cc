@@ -173,10 +173,12 @@ void Device::setUpEager(const config::Config& config) {
                        : rules.eagerMaxBytes;
   if (rules.writesWaitForTarget) {
     // Only inline writes complete while the receiver does not progress (busy elsewhere): the
-    // very case eager messages are for.
-    size_t inlineMax = injectLimit_ > sizeof(protocol::rdma::EagerHeader)
-                           ? injectLimit_ - sizeof(protocol::rdma::EagerHeader)
-                           : 0;
+    // very case eager messages are for. In order, the header may go inline ahead of the message
+    // (protocol/rdma_eager.cc), which then takes the whole inject size (4 KiB on shm).
+    size_t header = sizeof(protocol::rdma::EagerHeader);
+    size_t inlineMax = deliversInOrder_        ? injectLimit_
+                       : injectLimit_ > header ? injectLimit_ - header
+                                               : 0;
     eagerMaxBytes_ = std::min(eagerMaxBytes_, inlineMax);
   }
   const fi_tx_attr* tx = rail().info()->tx_attr;
@@ -195,11 +197,11 @@ void Device::setUpEager(const config::Config& config) {
     eagerMaxBytes_ = 0;
   }
   if (eagerMaxBytes_ == 0) return;
-  // Few areas a chunk: each is 16 entries (about 130 KiB at 8 KiB), and EFA pins what it
+  // Few areas a chunk: each is 64 entries (about 520 KiB at 8 KiB), and EFA pins what it
   // registers. Remote reads: a GPU buffer's copy out of an entry is a read from our endpoint.
   eagerArena_ = std::make_unique<ControlArena>(
       registrar_.get(), protocol::rdma::bounceBytes(eagerMaxBytes_),
-      FI_WRITE | FI_REMOTE_WRITE | (rmaRead_ ? FI_REMOTE_READ : 0), /*slotsPerChunk=*/16);
+      FI_WRITE | FI_REMOTE_WRITE | (rmaRead_ ? FI_REMOTE_READ : 0), /*slotsPerChunk=*/4);
   NNF_INFO(abi::kLogSubsysInit, "%s: rdma messages up to %zu bytes go eagerly (%u entries a comm)",
            properties_.name.c_str(), eagerMaxBytes_, protocol::rdma::kEagerEntries);
 }

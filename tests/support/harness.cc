@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdarg>
@@ -64,6 +65,26 @@ void applyProviderEnvironment() {
   setenv("FI_TCP_IFACE", "lo", 0);
 }
 
+// NNF_TEST_ENV_<ROLE> (role in capitals), "NAME=VALUE;NAME=VALUE": variables of that child only,
+// for tests whose two sides must be configured differently.
+void applyRoleEnvironment(const std::string& role) {
+  std::string name = "NNF_TEST_ENV_";
+  for (char c : role) name += static_cast<char>(toupper(static_cast<unsigned char>(c)));
+  const char* list = std::getenv(name.c_str());
+  if (list == nullptr) return;
+  std::string text = list;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find(';', start);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(start, end - start);
+    size_t equals = item.find('=');
+    if (equals != std::string::npos) {
+      setenv(item.substr(0, equals).c_str(), item.substr(equals + 1).c_str(), 1);
+    }
+    start = end + 1;
+  }
+}
+
 int childMain(const std::string& role, Channel* channel, const Body& body, Network network) {
   int failedBefore = failedParts();
   g_role = role;
@@ -71,6 +92,7 @@ int childMain(const std::string& role, Channel* channel, const Body& body, Netwo
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (network == Network::kIsolated && !isolateNetwork()) return kExitNoIsolation;
   applyProviderEnvironment();
+  applyRoleEnvironment(role);
   try {
     SCOPED_TRACE("in the " + role + " process " + std::to_string(getpid()));
     Peer peer;

@@ -81,7 +81,8 @@ using Body = std::function<void(Peer& peer)>;
 
 // Forks a sender and a receiver, runs each body after loading and initialising the plugin, and
 // waits at most timeoutSec for both. Failures in either child fail the calling test. Children
-// take FI_PROVIDER from NNF_TEST_PROVIDER when set, and FI_TCP_IFACE defaults to lo.
+// take FI_PROVIDER from NNF_TEST_PROVIDER when set, and FI_TCP_IFACE defaults to lo; a child also
+// sets the variables NNF_TEST_ENV_SENDER or NNF_TEST_ENV_RECEIVER lists ("NAME=VALUE;...").
 void runTwoProcesses(const Body& sender, const Body& receiver, double timeoutSec = 60);
 
 // Where a child's traffic may go. kIsolated puts the child in a network namespace of its own

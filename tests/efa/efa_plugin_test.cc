@@ -133,8 +133,12 @@ void gpuTransfers(bool expectReadFlush) {
         if (onGpu && size > 0 && expectReadFlush) {
           ASSERT_NE(flush, nullptr) << "a GPU receive is flushed by an RDMA read";
         }
-        if (!onGpu) EXPECT_EQ(flush, nullptr);
-        if (flush != nullptr) ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
+        if (!onGpu) {
+          EXPECT_EQ(flush, nullptr);
+        }
+        if (flush != nullptr) {
+          ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
+        }
         if (onGpu && size > 0) ++gpuFlushes;
         ASSERT_TRUE(peer.channel->signal());
       }

@@ -142,7 +142,9 @@ TEST(DeviceMemory, GpuToGpuTransfersOfEverySize) {
       void* handles[1] = {mh};
       void* flush = nullptr;
       ASSERT_EQ(peer.net->iflush(comm, 1, data, flushSizes, handles, &flush), abi::kSuccess);
-      if (flush != nullptr) ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
+      if (flush != nullptr) {
+        ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
+      }
       std::vector<uint8_t> bytes = gpu->read();
       EXPECT_TRUE(verifyPattern(bytes.data(), static_cast<size_t>(size), ++message));
       EXPECT_TRUE(verifySentinel(bytes.data() + size, kCapacity - static_cast<size_t>(size)));

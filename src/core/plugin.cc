@@ -79,7 +79,7 @@ abi::Result Plugin::init(abi::Logger logger) {
   DevicePlan& plan = network.devices;
 
   // Pointer support before the devices open; a device narrows it when its provider refuses an
-  // option GPU buffers depend on (Device::openRail).
+  // option GPU buffers depend on (Device::openRails).
   platform::DmaBufInputs dmaBufInputs;
   dmaBufInputs.builtWithDmaBuf = NNF_HAVE_FI_MR_DMABUF != 0;
   dmaBufInputs.runtimeFiVersion = fi_version();

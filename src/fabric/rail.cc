@@ -11,6 +11,8 @@
 #include <random>
 #include <stdexcept>
 
+#include "fabric/legacy_mr_bits.h"
+
 namespace nnf::fabric {
 namespace {
 
@@ -148,7 +150,8 @@ bool Rail::readEventError(std::string* text) {
 }
 
 bool Rail::needsLocalRegistration() const {
-  return (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || (info_->mode & FI_LOCAL_MR) != 0;
+  return (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 ||
+         (info_->mode & kLegacyLocalMrMode) != 0;
 }
 
 }  // namespace nnf::fabric

@@ -199,7 +199,7 @@ abi::Result Rdma::startRecv(core::RecvComm& comm, const ConnectInfo& info) {
 
 abi::Result Rdma::postSend(core::SendComm& comm, core::Request& request, void* data, size_t size,
                            int tag, core::MemoryHandle* handle) {
-  uint32_t next;
+  uint32_t next = 0;  // nextSequence sets it whenever it succeeds; GCC cannot tell
   if (!comm.nextSequence(tag, &next)) return abi::kInternalError;
   auto seq = static_cast<uint16_t>(next);
   core::Operation& op = request.ops[0];
@@ -270,7 +270,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   uint32_t eager[rdma::kGroup];
   int settled = 0;
   for (int i = 0; i < count; ++i) {
-    uint32_t next;
+    uint32_t next = 0;  // as in postSend
     if (!comm.nextSequence(tags[i], &next)) return abi::kInternalError;
     core::MemoryHandle* handle = handles != nullptr ? handles[i] : nullptr;
     BufferDescriptor& entry = entries[i];

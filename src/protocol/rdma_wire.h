@@ -34,12 +34,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/tags.h"
 #include "memory/region.h"
 
 namespace nnf::protocol::rdma {
 
-constexpr int kCommIdBits = 18;
-constexpr uint32_t kMaxCommId = (1u << kCommIdBits) - 1;
+// Comm ids are the core's (one width for tags and immediates).
+using core::tags::kCommIdBits;
+using core::tags::kMaxCommId;
 constexpr uint32_t kSlotBits = 5;
 constexpr uint32_t kSlots = 32;  // grouped receives in flight per comm (NCCL_NET_MAX_REQUESTS)
 constexpr uint32_t kGroup = 8;   // buffers per grouped receive

@@ -486,13 +486,17 @@ void raceMessages(const std::vector<int>& sizes, const std::vector<int>& tags) {
     std::vector<void*> window(kWindow, nullptr);
     for (int i = 0; i < messages; ++i) {
       int at = i % kWindow;
-      if (window[at] != nullptr) ASSERT_NO_FATAL_FAILURE(waitDone(peer, window[at], nullptr));
+      if (window[at] != nullptr) {
+        ASSERT_NO_FATAL_FAILURE(waitDone(peer, window[at], nullptr));
+      }
       uint8_t* data = buffer.data() + at * kSlotBytes;
       fillPattern(data, static_cast<size_t>(sizes[i]), 1000 + i);
       ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, data, sizes[i], tags[i], mh, &window[at]));
     }
     for (void* request : window) {
-      if (request != nullptr) ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+      if (request != nullptr) {
+        ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+      }
     }
     ASSERT_TRUE(peer.channel->wait(120));
     dereg(peer, comm, mh);

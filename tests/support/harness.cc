@@ -1,5 +1,4 @@
 #include "support/harness.h"
-#include "support/shm_cleanup.h"
 #include "support/test_env.h"
 
 #include <net/if.h>
@@ -7,7 +6,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,8 +17,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
-#include <thread>
 
 namespace nnf::test {
 namespace {
@@ -88,8 +86,6 @@ void applyRoleEnvironment(const std::string& role) {
 int childMain(const std::string& role, Channel* channel, const Body& body, Network network) {
   int failedBefore = failedParts();
   g_role = role;
-  // Never outlive the test binary (ctest's timeout kills only the parent).
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (network == Network::kIsolated && !isolateNetwork()) return kExitNoIsolation;
   applyProviderEnvironment();
   applyRoleEnvironment(role);
@@ -110,107 +106,19 @@ int childMain(const std::string& role, Channel* channel, const Body& body, Netwo
   return failedParts() > failedBefore ? 1 : 0;
 }
 
-pid_t forkChild(const std::string& role, int keepFd, int closeFd, const Body& body,
-                Network network = Network::kHost) {
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  if (closeFd >= 0) close(closeFd);
-  int code;
-  {
-    std::unique_ptr<Channel> channel;
-    if (keepFd >= 0) channel = std::make_unique<Channel>(keepFd);
-    code = childMain(role, channel.get(), body, network);
-  }
-  fflush(stdout);
-  fflush(stderr);
-  // _exit: the child must not run gtest's remaining tests or the parent's atexit handlers.
-  _exit(code);
-}
-
-struct Child {
-  std::string role;
-  pid_t pid;
-  bool running = true;
-  int status = 0;
-};
-
-// Waits for every child; one that fails gets its partner a short grace period (it usually sees
-// the channel close and fails on its own), then whatever is left is killed.
-// True when a child could not isolate its network (the test is to be skipped).
-bool waitChildren(std::vector<Child>& children, double timeoutSec) {
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(timeoutSec));
-  bool anyFailed = false;
-  for (;;) {
-    bool anyRunning = false;
-    for (Child& child : children) {
-      if (!child.running) continue;
-      pid_t done = waitpid(child.pid, &child.status, WNOHANG);
-      if (done == child.pid) {
-        child.running = false;
-        removeSharedMemoryOf(child.pid);
-        if (!WIFEXITED(child.status) || WEXITSTATUS(child.status) != 0) {
-          if (!anyFailed) {
-            auto grace = Clock::now() + std::chrono::seconds(15);
-            if (grace < deadline) deadline = grace;
-          }
-          anyFailed = true;
-        }
-      } else {
-        anyRunning = true;
-      }
-    }
-    if (!anyRunning) break;
-    if (secondsLeft(deadline) <= 0) {
-      for (Child& child : children) {
-        if (!child.running) continue;
-        kill(child.pid, SIGKILL);
-        waitpid(child.pid, &child.status, 0);
-        removeSharedMemoryOf(child.pid);
-        child.running = false;
-        ADD_FAILURE() << "the " << child.role << " process (pid " << child.pid
-                      << ") did not finish in time and was killed"
-                      << (anyFailed ? " after its partner failed" : " (hang?)");
-        child.status = 0;  // reported already
-      }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  bool skipped = false;
-  for (const Child& child : children) {
-    if (WIFEXITED(child.status) && WEXITSTATUS(child.status) == kExitNoIsolation) {
-      skipped = true;
-      continue;
-    }
-    if (!WIFEXITED(child.status) || WEXITSTATUS(child.status) != 0)
-      ADD_FAILURE() << "the " << child.role << " process (pid " << child.pid << ") "
-                    << describeStatus(child.status) << " (its failures are printed above)";
-  }
-  return skipped;
+// A child that loads the plugin and runs `body`, talking to its partner over `keepFd` (closing
+// the partner's end `closeFd` first, so that either one's exit reads as EOF to the other).
+ProcessSpec pluginChild(const std::string& role, int keepFd, int closeFd, const Body& body,
+                        Network network = Network::kHost) {
+  return {role, [role, keepFd, closeFd, &body, network] {
+            if (closeFd >= 0) close(closeFd);
+            std::unique_ptr<Channel> channel;
+            if (keepFd >= 0) channel = std::make_unique<Channel>(keepFd);
+            return childMain(role, channel.get(), body, network);
+          }};
 }
 
 }  // namespace
-
-int failedParts() {
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  if (info == nullptr) return 0;
-  const ::testing::TestResult* result = info->result();
-  int failed = 0;
-  for (int i = 0; i < result->total_part_count(); ++i)
-    failed += result->GetTestPartResult(i).failed();
-  return failed;
-}
-
-std::string describeStatus(int status) {
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
-           strsignal(WTERMSIG(status)) + ")";
-  return "ended with wait status " + std::to_string(status);
-}
 
 Channel::~Channel() {
   close(fd_);
@@ -364,44 +272,31 @@ void openPlugin(Peer* peer) {
 void runTwoProcesses(const Body& sender, const Body& receiver, double timeoutSec) {
   int fds[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0) << strerror(errno);
-  std::vector<Child> children;
-  children.push_back({"receiver", forkChild("receiver", fds[1], fds[0], receiver)});
-  children.push_back({"sender", forkChild("sender", fds[0], fds[1], sender)});
-  // Both ends closed here, so a child that dies is seen as EOF by its partner.
-  close(fds[0]);
-  close(fds[1]);
-  for (const Child& child : children) {
-    ASSERT_GT(child.pid, 0) << "fork failed";
-  }
-  waitChildren(children, timeoutSec);
+  ProcessOptions options;
+  options.timeoutSec = timeoutSec;
+  // Both ends are closed here once the children have theirs, so that a child that dies is seen
+  // as EOF by its partner.
+  options.whileRunning = [&fds](const std::vector<pid_t>&) {
+    close(fds[0]);
+    close(fds[1]);
+  };
+  runProcesses({pluginChild("receiver", fds[1], fds[0], receiver),
+                pluginChild("sender", fds[0], fds[1], sender)},
+               options);
 }
 
 void runOneProcess(const Body& body, double timeoutSec, Network network) {
-  std::vector<Child> children;
-  children.push_back({"single", forkChild("single", -1, -1, body, network)});
-  ASSERT_GT(children[0].pid, 0) << "fork failed";
-  if (waitChildren(children, timeoutSec))
+  ProcessOptions options;
+  options.timeoutSec = timeoutSec;
+  options.skipStatus = kExitNoIsolation;
+  ProcessEnd end = runProcesses({pluginChild("single", -1, -1, body, network)}, options).front();
+  if (!end.timedOut && WIFEXITED(end.status) && WEXITSTATUS(end.status) == kExitNoIsolation)
     GTEST_SKIP() << "no network namespace available to isolate this test";
 }
 
 int runOneProcessRaw(const Body& body, double timeoutSec) {
-  pid_t pid = forkChild("single", -1, -1, body);
-  if (pid < 0) return -2;
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(timeoutSec));
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) != pid) {
-    if (secondsLeft(deadline) <= 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      removeSharedMemoryOf(pid);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  removeSharedMemoryOf(pid);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -3;
+  ProcessSpec spec = pluginChild("single", -1, -1, body);
+  return runChild(spec.body, timeoutSec);
 }
 
 }  // namespace nnf::test

@@ -156,10 +156,14 @@ TEST(RdmaEagerSlot, AnEagerMessageAndItsVoidMeetInEitherOrder) {
     SlotProgress slot;
     uint64_t sizes[2] = {100, 100};
     slot.arm(2, sizes);
-    if (voidFirst) ASSERT_TRUE(slot.onVoid(0));
+    if (voidFirst) {
+      ASSERT_TRUE(slot.onVoid(0));
+    }
     EXPECT_EQ(slot.onEager(0, 50), SegmentOutcome::kComplete);
     EXPECT_EQ(slot.voidsOwed(), !voidFirst);
-    if (!voidFirst) ASSERT_TRUE(slot.onVoid(0));
+    if (!voidFirst) {
+      ASSERT_TRUE(slot.onVoid(0));
+    }
     EXPECT_FALSE(slot.voidsOwed());
     uint64_t total = 0;
     EXPECT_EQ(slot.onSegment(0, 1, 10, &total), SegmentOutcome::kInvalid)

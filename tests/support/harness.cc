@@ -112,7 +112,12 @@ struct Child {
   pid_t pid;
   bool running = true;
   int status = 0;
+  bool mayBeKilled = false;  // its SIGKILL is the test's doing
 };
+
+bool killedAsAllowed(const Child& child) {
+  return child.mayBeKilled && WIFSIGNALED(child.status) && WTERMSIG(child.status) == SIGKILL;
+}
 
 // Waits for every child; one that fails gets its partner a short grace period (it usually sees
 // the channel close and fails on its own), then whatever is left is killed.
@@ -129,7 +134,8 @@ bool waitChildren(std::vector<Child>& children, double timeoutSec) {
       if (done == child.pid) {
         child.running = false;
         removeSharedMemoryOf(child.pid);
-        if (!WIFEXITED(child.status) || WEXITSTATUS(child.status) != 0) {
+        if ((!WIFEXITED(child.status) || WEXITSTATUS(child.status) != 0) &&
+            !killedAsAllowed(child)) {
           if (!anyFailed) {
             auto grace = Clock::now() + std::chrono::seconds(15);
             if (grace < deadline) deadline = grace;
@@ -163,7 +169,7 @@ bool waitChildren(std::vector<Child>& children, double timeoutSec) {
       skipped = true;
       continue;
     }
-    if (!WIFEXITED(child.status) || WEXITSTATUS(child.status) != 0)
+    if ((!WIFEXITED(child.status) || WEXITSTATUS(child.status) != 0) && !killedAsAllowed(child))
       ADD_FAILURE() << "the " << child.role << " process (pid " << child.pid << ") "
                     << describeStatus(child.status) << " (its failures are printed above)";
   }
@@ -360,6 +366,106 @@ void runOneProcess(const Body& body, double timeoutSec, Network network) {
   ASSERT_GT(children[0].pid, 0) << "fork failed";
   if (waitChildren(children, timeoutSec))
     GTEST_SKIP() << "no network namespace available to isolate this test";
+}
+
+bool RankPeer::allGather(const void* mine, size_t size, void* all, double timeoutSec) {
+  auto* out = static_cast<uint8_t*>(all);
+  memcpy(out + static_cast<size_t>(rank) * size, mine, size);
+  // Small payloads (handles): every send fits the socket buffer, so send all, then receive.
+  for (int r = 0; r < nranks; ++r) {
+    if (r != rank && !links[static_cast<size_t>(r)]->send(mine, size)) return false;
+  }
+  for (int r = 0; r < nranks; ++r) {
+    if (r == rank) continue;
+    if (!links[static_cast<size_t>(r)]->recv(out + static_cast<size_t>(r) * size, size,
+                                              timeoutSec))
+      return false;
+  }
+  return true;
+}
+
+bool RankPeer::barrier(double timeoutSec) {
+  std::vector<char> all(static_cast<size_t>(nranks));
+  char token = 'B';
+  return allGather(&token, 1, all.data(), timeoutSec);
+}
+
+void runRanks(int nranks, const RankBody& body, double timeoutSec,
+              const std::set<int>& mayBeKilled) {
+  ASSERT_GE(nranks, 1);
+  // fds[i][j]: rank i's end of its pair with rank j.
+  std::vector<std::vector<int>> fds(static_cast<size_t>(nranks),
+                                    std::vector<int>(static_cast<size_t>(nranks), -1));
+  for (int i = 0; i < nranks; ++i) {
+    for (int j = i + 1; j < nranks; ++j) {
+      int pair[2];
+      ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0) << strerror(errno);
+      fds[static_cast<size_t>(i)][static_cast<size_t>(j)] = pair[0];
+      fds[static_cast<size_t>(j)][static_cast<size_t>(i)] = pair[1];
+    }
+  }
+  std::vector<Child> children;
+  for (int rank = 0; rank < nranks; ++rank) {
+    std::string role = "rank " + std::to_string(rank);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      // Only this rank's ends stay open: a rank that dies is EOF to every other.
+      for (int i = 0; i < nranks; ++i) {
+        for (int j = 0; j < nranks; ++j) {
+          int fd = fds[static_cast<size_t>(i)][static_cast<size_t>(j)];
+          if (fd >= 0 && i != rank) close(fd);
+        }
+      }
+      int code = 0;
+      {
+        int failedBefore = failedParts();
+        g_role = role;
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        applyProviderEnvironment();
+        try {
+          SCOPED_TRACE("in the " + role + " process " + std::to_string(getpid()));
+          RankPeer peer;
+          peer.role = role;
+          peer.rank = rank;
+          peer.nranks = nranks;
+          peer.links.resize(static_cast<size_t>(nranks));
+          for (int r = 0; r < nranks; ++r) {
+            int fd = fds[static_cast<size_t>(rank)][static_cast<size_t>(r)];
+            if (fd >= 0) peer.links[static_cast<size_t>(r)] = std::make_unique<Channel>(fd);
+          }
+          openPlugin(&peer);
+          if (!::testing::Test::HasFatalFailure()) body(peer);
+          // Leave together, so that no rank sees another die with completions in flight; a
+          // rank that failed leaves at once (its partners see EOF).
+          if (failedParts() == failedBefore) {
+            for (int r = 0; r < nranks; ++r) {
+              if (peer.links[static_cast<size_t>(r)]) peer.links[static_cast<size_t>(r)]->finishBarrier(30);
+            }
+          }
+        } catch (const std::exception& error) {
+          ADD_FAILURE() << role << ": uncaught exception: " << error.what();
+        } catch (...) {
+          ADD_FAILURE() << role << ": uncaught exception";
+        }
+        code = failedParts() > failedBefore ? 1 : 0;
+      }
+      fflush(stdout);
+      fflush(stderr);
+      _exit(code);
+    }
+    Child child{role, pid};
+    child.mayBeKilled = mayBeKilled.count(rank) != 0;
+    children.push_back(child);
+  }
+  for (auto& row : fds) {
+    for (int fd : row) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  for (const Child& child : children) ASSERT_GT(child.pid, 0) << "fork failed";
+  waitChildren(children, timeoutSec);
 }
 
 int runOneProcessRaw(const Body& body, double timeoutSec) {

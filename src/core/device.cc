@@ -448,7 +448,11 @@ abi::Result Device::readRail(size_t index) {
         // A peer's write: remote CQ data without a receive of ours. Its op_context is not ours
         // (NULL, or a provider's value on shm 2.x): never dereference it.
         if ((entry.flags & FI_REMOTE_CQ_DATA) != 0 && (entry.flags & FI_RECV) == 0) {
-          protocol_->onRemoteWrite(*this, index, entry.data, entry.len);
+          if (isRmaImmediate(entry.data)) {
+            if (rmaSink_ != nullptr) rmaSink_->onRemoteWrite(*this, index, entry.data, entry.len);
+          } else {
+            protocol_->onRemoteWrite(*this, index, entry.data, entry.len);
+          }
           continue;
         }
         Operation* op = Operation::fromContext(entry.op_context);

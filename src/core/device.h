@@ -24,6 +24,7 @@
 #include "core/op_queue.h"
 #include "core/operation.h"
 #include "core/progress_keeper.h"
+#include "core/remote_writes.h"
 #include "core/scratch_area.h"
 #include "fabric/domain_lock.h"
 #include "fabric/rail.h"
@@ -116,6 +117,9 @@ class Device {
   uint64_t writeSegmentBytes() const { return writeSegmentBytes_; }
   // True when the immediate data of a write has room for its length (see protocol/rdma_wire.h).
   bool immediateCarriesLength() const { return immediateLength_; }
+  // The one-sided RMA layer's peer writes (core/remote_writes.h) go to `sink` (device lock held;
+  // null: none, they are dropped). Set once, when RMA first uses the device.
+  void setRemoteWriteSink(RemoteWriteSink* sink) { rmaSink_ = sink; }
 
   // --- everything below: caller holds domainLock() ---
 
@@ -243,6 +247,7 @@ class Device {
   std::unique_ptr<ControlArena> controlArena_;
   std::unique_ptr<ControlArena> rdmaArena_;
   bool immediateLength_ = false;
+  RemoteWriteSink* rmaSink_ = nullptr;
   size_t stripeMinBytes_ = 0;
   uint64_t writeSegmentBytes_ = 0;
   size_t eagerMaxBytes_ = 0;

@@ -32,6 +32,8 @@ std::vector<InfoPtr> domainsOf(const InfoPtr& all, const std::string& provider) 
 
 // The rdma protocol's capabilities: RMA writes into registered buffers of the peer.
 constexpr uint64_t kRmaWriteCaps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+// Asked for beside them where the provider has them: the one-sided RMA layer's gets (src/rma).
+constexpr uint64_t kRmaReadCaps = FI_RMA | FI_READ | FI_REMOTE_READ;
 
 InfoPtr providerHints(const std::string& provider, uint64_t caps) {
   InfoPtr hints = makeHints();
@@ -40,8 +42,8 @@ InfoPtr providerHints(const std::string& provider, uint64_t caps) {
   return hints;
 }
 
-InfoPtr hmemHints(const std::string& provider, bool withRead, bool withRma) {
-  InfoPtr hints = providerHints(provider, FI_HMEM | (withRma ? kRmaWriteCaps : 0));
+InfoPtr hmemHints(const std::string& provider, bool withRead, uint64_t rmaCaps) {
+  InfoPtr hints = providerHints(provider, FI_HMEM | rmaCaps);
   if (withRead) hints->caps |= FI_RMA | FI_READ | FI_REMOTE_READ;
   hints->domain_attr->mr_mode |= FI_MR_HMEM;
   return hints;
@@ -52,7 +54,7 @@ std::vector<InfoPtr> domainsWith(const InfoQuery& query, const std::string& prov
                                  size_t expected, bool hmem, bool withRead) {
   InfoPtr all;
   try {
-    InfoPtr hints = hmem ? hmemHints(provider, withRead, (caps & kRmaWriteCaps) != 0)
+    InfoPtr hints = hmem ? hmemHints(provider, withRead, caps & (kRmaWriteCaps | kRmaReadCaps))
                          : providerHints(provider, caps);
     all = query(*hints.get());
   } catch (const std::exception&) {
@@ -151,19 +153,32 @@ ProviderChoice selectProvider(const std::string& requested, bool wantHmem, bool 
       choice.providerVersion = info->fabric_attr->prov_version;
   }
   choice.domains = domainsOf(all, chosen);
+  uint64_t rmaCaps = 0;
   if (wantRma) {
-    std::vector<InfoPtr> domains =
-        domainsWith(query, chosen, kRmaWriteCaps, choice.domains.size(), false, false);
-    if (!domains.empty()) {
+    for (uint64_t caps : {kRmaWriteCaps | kRmaReadCaps, kRmaWriteCaps}) {
+      std::vector<InfoPtr> domains =
+          domainsWith(query, chosen, caps, choice.domains.size(), false, false);
+      if (domains.empty()) continue;
       choice.domains = std::move(domains);
       choice.rma = true;
+      rmaCaps = caps;
+      break;
     }
   }
 #if NNF_HAVE_FI_HMEM
   if (wantHmem) {
-    for (bool withRead : {true, false}) {
-      std::vector<InfoPtr> domains = domainsWith(query, chosen, choice.rma ? kRmaWriteCaps : 0,
-                                                 choice.domains.size(), true, withRead);
+    // With the flush read first, then without it, then (a provider that reads no GPU memory)
+    // without the RMA layer's gets: GPU memory matters more than gets.
+    const uint64_t writesOnly = rmaCaps != 0 ? kRmaWriteCaps : 0;
+    struct Attempt {
+      bool withRead;
+      uint64_t caps;
+    };
+    for (Attempt attempt : {Attempt{true, rmaCaps}, Attempt{false, rmaCaps},
+                            Attempt{false, writesOnly}}) {
+      bool withRead = attempt.withRead;
+      std::vector<InfoPtr> domains =
+          domainsWith(query, chosen, attempt.caps, choice.domains.size(), true, withRead);
       if (domains.empty()) continue;  // the provider cannot do it; host memory it is
       choice.domains = std::move(domains);
       choice.hmem = true;

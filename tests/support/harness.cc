@@ -18,6 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
+#include <memory>
 #include <mutex>
 
 namespace nnf::test {
@@ -292,6 +294,109 @@ void runOneProcess(const Body& body, double timeoutSec, Network network) {
   ProcessEnd end = runProcesses({pluginChild("single", -1, -1, body, network)}, options).front();
   if (!end.timedOut && WIFEXITED(end.status) && WEXITSTATUS(end.status) == kExitNoIsolation)
     GTEST_SKIP() << "no network namespace available to isolate this test";
+}
+
+bool RankPeer::allGather(const void* mine, size_t size, void* all, double timeoutSec) {
+  auto* out = static_cast<uint8_t*>(all);
+  memcpy(out + static_cast<size_t>(rank) * size, mine, size);
+  // Small payloads (handles): every send fits the socket buffer, so send all, then receive.
+  for (int r = 0; r < nranks; ++r) {
+    if (r != rank && !links[static_cast<size_t>(r)]->send(mine, size)) return false;
+  }
+  for (int r = 0; r < nranks; ++r) {
+    if (r == rank) continue;
+    if (!links[static_cast<size_t>(r)]->recv(out + static_cast<size_t>(r) * size, size,
+                                              timeoutSec)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool RankPeer::barrier(double timeoutSec) {
+  std::vector<char> all(static_cast<size_t>(nranks));
+  char token = 'B';
+  return allGather(&token, 1, all.data(), timeoutSec);
+}
+
+namespace {
+
+// Rank `rank`'s child: only its own ends of the socket pairs stay open, so that a rank that
+// dies is EOF to every other.
+int rankMain(int rank, int nranks, const std::vector<std::vector<int>>& fds,
+             const RankBody& body) {
+  for (int i = 0; i < nranks; ++i) {
+    for (int j = 0; j < nranks; ++j) {
+      int fd = fds[static_cast<size_t>(i)][static_cast<size_t>(j)];
+      if (fd >= 0 && i != rank) close(fd);
+    }
+  }
+  std::string role = "rank " + std::to_string(rank);
+  int failedBefore = failedParts();
+  g_role = role;
+  applyProviderEnvironment();
+  try {
+    SCOPED_TRACE("in the " + role + " process " + std::to_string(getpid()));
+    RankPeer peer;
+    peer.role = role;
+    peer.rank = rank;
+    peer.nranks = nranks;
+    peer.links.resize(static_cast<size_t>(nranks));
+    for (int r = 0; r < nranks; ++r) {
+      int fd = fds[static_cast<size_t>(rank)][static_cast<size_t>(r)];
+      if (fd >= 0) peer.links[static_cast<size_t>(r)] = std::make_unique<Channel>(fd);
+    }
+    openPlugin(&peer);
+    if (!::testing::Test::HasFatalFailure()) body(peer);
+    // Leave together, so that no rank sees another die with completions in flight; a rank that
+    // failed leaves at once (its partners see EOF).
+    if (failedParts() == failedBefore) {
+      for (auto& link : peer.links) {
+        if (link) link->finishBarrier(30);
+      }
+    }
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << role << ": uncaught exception: " << error.what();
+  } catch (...) {
+    ADD_FAILURE() << role << ": uncaught exception";
+  }
+  return failedParts() > failedBefore ? 1 : 0;
+}
+
+}  // namespace
+
+void runRanks(int nranks, const RankBody& body, double timeoutSec,
+              const std::set<int>& mayBeKilled) {
+  ASSERT_GE(nranks, 1);
+  // fds[i][j]: rank i's end of its pair with rank j.
+  std::vector<std::vector<int>> fds(static_cast<size_t>(nranks),
+                                    std::vector<int>(static_cast<size_t>(nranks), -1));
+  for (int i = 0; i < nranks; ++i) {
+    for (int j = i + 1; j < nranks; ++j) {
+      int pair[2];
+      ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0) << strerror(errno);
+      fds[static_cast<size_t>(i)][static_cast<size_t>(j)] = pair[0];
+      fds[static_cast<size_t>(j)][static_cast<size_t>(i)] = pair[1];
+    }
+  }
+  std::vector<ProcessSpec> specs;
+  for (int rank = 0; rank < nranks; ++rank) {
+    ProcessSpec spec{"rank " + std::to_string(rank),
+                     [rank, nranks, &fds, &body] { return rankMain(rank, nranks, fds, body); }};
+    if (mayBeKilled.count(rank) != 0) spec.ending = Ending::kKilled;
+    specs.push_back(std::move(spec));
+  }
+  ProcessOptions options;
+  options.timeoutSec = timeoutSec;
+  options.whileRunning = [&fds](const std::vector<pid_t>&) {
+    for (auto& row : fds) {
+      for (int& fd : row) {
+        if (fd >= 0) close(fd);
+        fd = -1;
+      }
+    }
+  };
+  runProcesses(specs, options);
 }
 
 int runOneProcessRaw(const Body& body, double timeoutSec) {

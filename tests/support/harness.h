@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,26 @@ void runOneProcess(const Body& body, double timeoutSec = 60, Network network = N
 // For the harness's own tests: runs `body` in a child without reporting anything and returns its
 // exit code, 128 + the signal that killed it, or -1 when it was killed at the timeout.
 int runOneProcessRaw(const Body& body, double timeoutSec);
+
+// A rank of a collective test (the RMA plugin's connect and regMrSym involve every rank): the
+// child's plugin as for two processes, and a channel to every other rank.
+struct RankPeer : Peer {
+  int rank = 0;
+  int nranks = 0;
+  std::vector<std::unique_ptr<Channel>> links;  // links[r]: to rank r (null for this rank)
+  // Every rank's `size` bytes, in rank order, into `all` (nranks * size bytes); false (a gtest
+  // failure) when a rank is gone or silent.
+  bool allGather(const void* mine, size_t size, void* all, double timeoutSec = 120);
+  bool barrier(double timeoutSec = 120);
+};
+using RankBody = std::function<void(RankPeer& peer)>;
+
+// Forks `nranks` processes ("rank 0", ...), each connected to every other by a socket pair, and
+// runs `body` in each after loading and initialising the plugin; waits at most timeoutSec. Ranks
+// in `mayBeKilled` may end by SIGKILL (a test killing one mid-run); any other end but success
+// fails the test.
+void runRanks(int nranks, const RankBody& body, double timeoutSec = 120,
+              const std::set<int>& mayBeKilled = {});
 
 // The ABI version the suite drives: NNF_TEST_ABI (v6 to v12, 0 for the newest exported), v8
 // when unset. Throws std::runtime_error for anything else.

@@ -433,7 +433,9 @@ TEST(Eager, AWindowOf4KiBSendsCompletesWhileTheReceiverDoesNothing) {
         << "a window of 4 KiB sends did not complete while the receiver did nothing";
     ASSERT_TRUE(peer.channel->signal());
     for (void* request : window) {
-      if (request != nullptr) ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+      if (request != nullptr) {
+        ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+      }
     }
     ASSERT_TRUE(peer.channel->wait());
     dereg(peer, comm, mh);

@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <array>
 #include <cstdlib>
 #include <string>
 
@@ -14,26 +15,9 @@ struct KnownFailure {
   const char* reason;
 };
 
-// What fails, where, and why (docs/efa.md, "What the real provider found").
-constexpr KnownFailure kKnownFailures[] = {
-    // Issue 24, defect 1: under rdma a small GPU message goes eagerly as one fi_writemsg of two
-    // iovs, host header and GPU body (src/protocol/rdma_eager.cc sendEager -> Rail::writedata2,
-    // src/fabric/rail.h); EFA emulates a two-iov write with packets, copying the payload with
-    // desc[0]'s memory type (host) for every iov: ofi_memcpy of the GPU pointer, SIGSEGV in
-    // efa_rdm_pke_init_payload_from_ope. Fix: eager only for host payloads, a single iov, or
-    // where the provider answers mixed_hmem_iov.
-    {"softefa+rdma*", "DeviceMemory.GpuToGpuTransfersOfEverySize",
-     "issue 24 defect 1: GPU eager sends are a two-iov write that the efa provider emulates "
-     "with a CPU copy of GPU memory (segfault)"},
-    // Issue 24, defect 4: the rdma protocol writes a segment of up to 2 GiB
-    // (kMaxSegmentBytes) as one fi_writedata; EFA cuts it at min(1 GiB, max_rdma_size) and each
-    // piece raises a completion with the same immediate data at the target, so the receive
-    // completes with the first 1 GiB (fabric-net-perf: "received 1073741824 bytes, expected
-    // 1610612736"). Fix: segments capped at the provider's largest RMA size and at 1 GiB.
-    {"softefa+rdma*", "LargeMessage.OneAndAHalfGiBLandsWhole",
-     "issue 24 defect 4: a write over 1 GiB is cut by EFA into pieces that each complete the "
-     "receive"},
-};
+// What fails, where, and why (docs/efa.md, "What the real provider found"). None today: issue 24's
+// defect 1 (GPU eager sends copied by the CPU) and defect 4 (writes over 1 GiB) are fixed.
+constexpr std::array<KnownFailure, 0> kKnownFailures{};
 
 }  // namespace
 

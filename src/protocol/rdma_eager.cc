@@ -117,16 +117,7 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
     }
     return false;
   }
-  if (!state.voids) {
-    // Its descriptor may cross it: the void writes are taken by the comm's first eager send
-    // (once; a comm that never sends eagerly, most of 10,000 idle ones, holds none).
-    state.voids.reset(new (std::nothrow) VoidWrites);
-    if (!state.voids) {
-      state.eagerMaxBytes = 0;
-      announceEagerLimit(comm, state);  // the receiver stops waiting for eager messages
-      return false;
-    }
-  }
+  if (!state.voids) return false;  // none could be allocated at the grant: no eager sends
   uint32_t entry;
   if (!state.credits.take(&entry)) return false;
   EagerHeader* header = headerStaging(state, entry);
@@ -242,6 +233,13 @@ void onCredits(core::SendComm& comm, SendState& state, uint32_t freedMod256) {
     memcpy(&state.grant, state.ring->data + kGrantOffset, sizeof(state.grant));
     state.eagerMaxBytes = std::min<size_t>(comm.device().eagerMaxBytes(), state.grant.payload);
     if (state.grant.entries != kEagerEntries) state.eagerMaxBytes = 0;  // not ours to guess
+    if (state.eagerMaxBytes > 0 && !state.voids) {
+      // An eager message's descriptor may cross it: the void writes that answer it are taken
+      // with the grant, once a comm (receivers grant after a comm's first message, so most of
+      // 10,000 idle comms hold none), not by the first eager send on the data path.
+      state.voids.reset(new (std::nothrow) VoidWrites);
+      if (!state.voids) state.eagerMaxBytes = 0;  // the answer below says so
+    }
   }
   state.credits.onCredits(freedMod256);
   if (first) announceEagerLimit(comm, state);
@@ -276,8 +274,8 @@ bool onLimitWriteDone(core::SendComm& comm, SendState& state, core::Operation& o
 
 void sendVoid(core::SendComm& comm, SendState& state, uint32_t slot, uint32_t index,
               const BufferDescriptor& buffer) {
-  // Without eager sends (no voids taken) only a failed send leaves its descriptor unanswered:
-  // nothing comes for that buffer either way.
+  // Without a grant (no voids taken) no send went eagerly, and a failed send's descriptor may stay
+  // unanswered: nothing comes for that buffer either way.
   if (slot >= kSlots || index >= kGroup || state.receiverDone || !state.voids) return;
   VoidWrites& voids = *state.voids;
   voids.owed[slot] |= static_cast<uint8_t>(1u << index);

@@ -47,7 +47,7 @@ class ArenaSlot {
 };
 
 // The sender's side: the ring the receiver writes descriptors into, and the matching table.
-// Void writes (see rdma_eager.h), taken by the comm's first eager send: a few operations, and
+// Void writes (see rdma_eager.h), taken with the receiver's grant: a few operations, and
 // the voids owed per slot (a bit per buffer) that wait for one of them.
 struct VoidWrites {
   static constexpr size_t kOps = 4;

@@ -375,7 +375,9 @@ TEST(Eager, ASenderStalledPastTheLateDescriptionTimeLeavesSmallReceivesUndescrib
   bool counted = false;
   receivesPostedFirst(
       kMessages, 64, [](int m) { return std::chrono::milliseconds(m < kStalled ? 20 : 0); },
-      [](Peer&) {}, kSettled, [&](Peer&) { counted = efaRulesWrittenHere(&before); },
+      // Not on softefa, as above: its device's thread may take a busy machine's 1 ms.
+      [](Peer&) {}, kSettled,
+      [&](Peer&) { counted = !onSoftEfa() && efaRulesWrittenHere(&before); },
       [&](Peer& peer) {
         EXPECT_FALSE(saidAtInfo(peer, "every receive is described"))
             << "the late descriptions switched the comm to describing every receive";

@@ -97,6 +97,21 @@ bool findDescribed(RecvState& state, int32_t tag, uint16_t seq, uint32_t* slotOu
   return false;
 }
 
+// What an inline write of the send in `request` came to: true when the send ended with it (done,
+// its `size` bytes counted, or failed); false when the provider had no room (kInProgress).
+bool endedByInject(abi::Result injected, SendState& state, core::Request& request, size_t size) {
+  if (injected == abi::kInProgress) return false;
+  if (injected == abi::kSuccess) {
+    ++state.written.written[0];
+    request.ops[0].transferred = size;
+    request.state = core::Request::State::kDone;
+  } else {
+    request.state = core::Request::State::kFailed;
+    request.error = injected;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, int32_t tag,
@@ -147,18 +162,10 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
     gathered.length = sizeof(EagerHeader) + size;
     abi::Result injected = device.inject(gathered);
     if (injected == abi::kSuccess) {
-      ++state.written.written[0];
       state.headerSaid = true;
       state.lastHeaderTag = tag;
-      op.transferred = size;
-      request.state = core::Request::State::kDone;
-      return true;
     }
-    if (injected != abi::kInProgress) {
-      request.state = core::Request::State::kFailed;
-      request.error = injected;
-      return true;
-    }
+    if (endedByInject(injected, state, request, size)) return true;
   }
   if (hostBuffer && state.headerAhead && size <= device.injectLimit() && state.headerSaid &&
       state.lastHeaderTag == tag && device.immediateCarriesLength()) {
@@ -168,18 +175,7 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
     message.headerLength = 0;
     message.remoteAddress += sizeof(EagerHeader);
     message.tag = encodeEagerImplied(comm.remoteId(), entry, seq, static_cast<uint16_t>(size));
-    abi::Result injected = device.inject(message);
-    if (injected == abi::kSuccess) {
-      ++state.written.written[0];
-      op.transferred = size;
-      request.state = core::Request::State::kDone;
-      return true;
-    }
-    if (injected != abi::kInProgress) {
-      request.state = core::Request::State::kFailed;
-      request.error = injected;
-      return true;
-    }
+    if (endedByInject(device.inject(message), state, request, size)) return true;
   }
   if (hostBuffer && state.headerAhead && size <= device.injectLimit()) {
     // A 4 KiB message on shm: a posted write of it would complete only once the receiver runs.
@@ -198,20 +194,11 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
       core::Operation message = op;
       message.headerLength = 0;
       message.remoteAddress += sizeof(EagerHeader);
+      // Refused after its header (kInProgress): the posted write below carries the same header
+      // again.
       injected = device.inject(message);
-      if (injected == abi::kSuccess) {
-        ++state.written.written[0];
-        op.transferred = size;
-        request.state = core::Request::State::kDone;
-        return true;
-      }
-      // Refused after its header: the posted write below carries the same header again.
     }
-    if (injected != abi::kInProgress) {
-      request.state = core::Request::State::kFailed;
-      request.error = injected;
-      return true;
-    }
+    if (endedByInject(injected, state, request, size)) return true;
   }
   // A posted write may still fail: the receiver may never read its header.
   state.headerSaid = false;

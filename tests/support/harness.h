@@ -1,7 +1,8 @@
 // Two-process harness for functional tests: the test body forks a sender and a receiver, each of
 // which dlopens the built plugin and drives it like NCCL, talking to the other over a socket
 // pair (listen handles, "go" signals). The parent only waits: a child's gtest failure, crash or
-// hang becomes a failure of the test in the parent, never a hang of the suite.
+// hang becomes a failure of the test in the parent, never a hang of the suite. The forking
+// itself is support/processes.h's, the one way tests fork.
 #pragma once
 
 #include <atomic>
@@ -16,6 +17,7 @@
 
 #include "nccl_net/net.h"
 #include "plugin_loader.h"
+#include "support/processes.h"
 
 namespace nnf::test {
 
@@ -82,7 +84,8 @@ using Body = std::function<void(Peer& peer)>;
 
 // Forks a sender and a receiver, runs each body after loading and initialising the plugin, and
 // waits at most timeoutSec for both. Failures in either child fail the calling test. Children
-// take FI_PROVIDER from NNF_TEST_PROVIDER when set, and FI_TCP_IFACE defaults to lo.
+// take FI_PROVIDER from NNF_TEST_PROVIDER when set, and FI_TCP_IFACE defaults to lo; a child also
+// sets the variables NNF_TEST_ENV_SENDER or NNF_TEST_ENV_RECEIVER lists ("NAME=VALUE;...").
 void runTwoProcesses(const Body& sender, const Body& receiver, double timeoutSec = 60);
 
 // Where a child's traffic may go. kIsolated puts the child in a network namespace of its own
@@ -124,11 +127,5 @@ int testAbiVersion();
 
 // Loads the plugin and checks init/devices/getProperties; fatal failure when anything is off.
 void openPlugin(Peer* peer);
-
-// "exited with status N", "was killed by signal N (name)": a child's end for messages.
-std::string describeStatus(int status);
-
-// Failures recorded so far in the current test, so that a forked child judges only its own.
-int failedParts();
 
 }  // namespace nnf::test

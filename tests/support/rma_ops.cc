@@ -54,9 +54,9 @@ void connectRma(RankPeer& peer, Rma* rma, int contexts) {
   }
   // NCCL 2.30 hands connect its net plugin's context, not the RMA one: the plugin must not care.
   int netContext = 0;
-  ASSERT_EQ(rma->table->connect(&netContext, handles.data(), peer.nranks, peer.rank, listen,
-                                &rma->coll),
-            abi::kSuccess);
+  ASSERT_EQ(
+      rma->table->connect(&netContext, handles.data(), peer.nranks, peer.rank, listen, &rma->coll),
+      abi::kSuccess);
   ASSERT_NE(rma->coll, nullptr);
   ASSERT_EQ(rma->table->closeListen(listen), abi::kSuccess);
   abi::RmaConfigV15 config{contexts, abi::kTrafficClassUndef, 1};
@@ -65,9 +65,15 @@ void connectRma(RankPeer& peer, Rma* rma, int contexts) {
 }
 
 void closeRma(RankPeer& peer, Rma* rma) {
-  if (rma->ctx != nullptr) EXPECT_EQ(rma->table->destroyContext(rma->ctx), abi::kSuccess);
-  if (rma->coll != nullptr) EXPECT_EQ(rma->table->closeColl(rma->coll), abi::kSuccess);
-  if (rma->instance != nullptr) EXPECT_EQ(rma->table->finalize(rma->instance), abi::kSuccess);
+  if (rma->ctx != nullptr) {
+    EXPECT_EQ(rma->table->destroyContext(rma->ctx), abi::kSuccess);
+  }
+  if (rma->coll != nullptr) {
+    EXPECT_EQ(rma->table->closeColl(rma->coll), abi::kSuccess);
+  }
+  if (rma->instance != nullptr) {
+    EXPECT_EQ(rma->table->finalize(rma->instance), abi::kSuccess);
+  }
   rma->ctx = rma->coll = rma->instance = nullptr;
 }
 
@@ -105,9 +111,9 @@ void waitWord(Rma& rma, const uint64_t* word, uint64_t value) {
   Deadline deadline(kRmaTimeoutSec);
   uint64_t spins = 0;
   while (__atomic_load_n(word, __ATOMIC_ACQUIRE) < value) {
-    ASSERT_FALSE(deadline.expired()) << "signal word at " << word << " stays at "
-                                     << __atomic_load_n(word, __ATOMIC_ACQUIRE) << ", waiting for "
-                                     << value;
+    ASSERT_FALSE(deadline.expired())
+        << "signal word at " << word << " stays at " << __atomic_load_n(word, __ATOMIC_ACQUIRE)
+        << ", waiting for " << value;
     ASSERT_EQ(rma.table->rmaProgress(rma.ctx), abi::kSuccess);
     idle(&spins);
   }

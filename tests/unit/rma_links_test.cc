@@ -17,9 +17,9 @@ namespace {
 
 struct Message {
   enum Kind { kPlain, kSegment, kEntry, kCredit } kind;
-  uint32_t field = 0;    // sequence modulo 256, or credits
-  SignalEntry entry{};   // kEntry
-  uint32_t op = 0;       // the put it belongs to (index into the model's puts)
+  uint32_t field = 0;   // sequence modulo 256, or credits
+  SignalEntry entry{};  // kEntry
+  uint32_t op = 0;      // the put it belongs to (index into the model's puts)
 };
 
 struct Put {
@@ -59,7 +59,9 @@ class Model : public InboundLink::Actions {
     refusePercent_ = 0;
     target_.retry();
     for (size_t i = 0; i < puts_.size(); ++i) {
-      if (puts_[i].signaled) EXPECT_TRUE(puts_[i].applied) << "put " << i << " never applied";
+      if (puts_[i].signaled) {
+        EXPECT_TRUE(puts_[i].applied) << "put " << i << " never applied";
+      }
     }
   }
 
@@ -102,7 +104,8 @@ class Model : public InboundLink::Actions {
     put.segments = static_cast<uint32_t>(random_() % 5) + (put.signaled ? 0 : 1);
     puts_.push_back(put);
     if (!put.signaled) {
-      for (uint32_t s = 0; s < put.segments; ++s) inFlight_.push_back({Message::kPlain, 0, {}, index});
+      for (uint32_t s = 0; s < put.segments; ++s)
+        inFlight_.push_back({Message::kPlain, 0, {}, index});
       source_.notePlain(put.segments);
       return;
     }

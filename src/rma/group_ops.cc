@@ -549,7 +549,9 @@ void Group::onComplete(core::Operation& op, size_t length) {
 
 void Group::onError(core::Operation& op, int error, size_t overflow, const char* text) {
   --opsOut_;
-  bool cancelled = error == FI_ECANCELED;
+  // Ours only while closing (cancelInFlight); before that the provider cancelled it (the EFA
+  // stand-in does so for a write to a peer it lost): a failure like any other.
+  bool cancelled = error == FI_ECANCELED && closing_;
   uint32_t peer = rank_;
   switch (op.index) {
     case kRoleShare:
@@ -580,6 +582,14 @@ void Group::onError(core::Operation& op, int error, size_t overflow, const char*
   switch (op.index) {
     case kRoleShare:
     case kRoleEntry:
+      finishOp(*core::recordOf<OpSlot>(op), false, abi::kRemoteError);
+      // A write the target never counted breaks the link's accounting (its signals wait for
+      // segments that will not land): nothing more goes to that rank. A failed read breaks
+      // nothing at the target.
+      if (!cancelled && op.type == core::OpType::kWrite && peer != rank_) {
+        markDead(peer, "a write to it failed");
+      }
+      return;
     case kRoleFlush:
       finishOp(*core::recordOf<OpSlot>(op), false, abi::kRemoteError);
       return;

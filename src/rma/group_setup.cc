@@ -504,10 +504,11 @@ abi::Result Group::quiesce(uint64_t boundNs) {
         lastMoveNs = now;
       }
       if (boundNs > 0 && now - lastMoveNs > boundNs) {
-        NNF_WARN("RMA closeColl: %d operation(s) on registered windows still with the provider "
-                 "after %llu ms (NCCL_FABRIC_CLOSE_TIMEOUT_MS); the peers are alive but take "
-                 "nothing",
-                 requestOpsOut(), static_cast<unsigned long long>(boundNs / 1000000));
+        NNF_WARN(
+            "RMA closeColl: %d operation(s) on registered windows still with the provider "
+            "after %llu ms (NCCL_FABRIC_CLOSE_TIMEOUT_MS); the peers are alive but take "
+            "nothing",
+            requestOpsOut(), static_cast<unsigned long long>(boundNs / 1000000));
         return abi::kRemoteError;
       }
     }
@@ -543,8 +544,8 @@ void Group::awaitPeersWrites(uint64_t boundNs) {
       uint32_t waiting = nranks_;
       for (uint32_t p = 0; p < nranks_ && waiting == nranks_; ++p) {
         const Peer& peer = peers_[p];
-        bool heard = !peer.joined || peer.dead ||
-                     (peer.closeHeard && peer.landed >= peer.closeWrites);
+        bool heard =
+            !peer.joined || peer.dead || (peer.closeHeard && peer.landed >= peer.closeWrites);
         // Our notice goes out before the group can go (its buffer is the group's).
         bool sent = !peer.message.op.inFlight && !peer.message.op.queued;
         if (!heard || !sent) waiting = p;

@@ -144,6 +144,12 @@ class Group final : public core::Comm, private InboundLink::Actions, private Sig
     // Target side of the link from it.
     InboundLink in;
     PeerOp credit;
+    // Closing: our writes that reached it (completed, or injected), its writes that landed here,
+    // and its close notice (how many of its writes reached us).
+    uint64_t written = 0;
+    uint64_t landed = 0;
+    bool closeHeard = false;
+    uint64_t closeWrites = 0;
     bool blockedListed = false;  // in blockedPeers_
     bool creditOwed = false;
     uint32_t creditValue = 0;
@@ -161,6 +167,12 @@ class Group final : public core::Comm, private InboundLink::Actions, private Sig
   void markDead(uint32_t peer, const char* why);
   void noteError() { lastError_.store(true, std::memory_order_relaxed); }
   void storeRecord(const WindowMessage& record);
+  // closeColl's steps: our operations end, every rank hears how many of our writes reached it,
+  // and we wait until as many of its writes have landed here (bounded; dead ranks excepted).
+  abi::Result quiesce(uint64_t boundNs);
+  void awaitPeersWrites(uint64_t boundNs);
+  // Of a request's operations still with the provider: the data's and the signal entries'.
+  int requestOpsOut() const { return callerOps_ + entryOps_; }
 
   // group_ops.cc
   abi::Result checkWindow(const Window* window, const char* entry, const char* what) const;
@@ -233,6 +245,7 @@ class Group final : public core::Comm, private InboundLink::Actions, private Sig
   std::vector<uint32_t> retrying_;
   int opsOut_ = 0;     // operations with the provider or queued for it
   int callerOps_ = 0;  // of them, those on NCCL's memory
+  int entryOps_ = 0;   // and the signal entries' writes
   uint64_t segmentMax_ = 0;  // the largest write or read the provider does whole, every rail
   size_t injectLimit_ = 0;
   size_t stripeMin_ = 0;

@@ -116,7 +116,10 @@ abi::Result Group::postShares(Request& request, bool inject) {
     OpSlot& slot = request.ops[i];
     if (inject && slot.left == 0) {
       abi::Result result = device().inject(slot.op);
-      if (result == abi::kSuccess) continue;  // the provider copied it: nothing comes back
+      if (result == abi::kSuccess) {
+        ++peers_[request.peer].written;  // the provider copied it: nothing comes back
+        continue;
+      }
       if (result != abi::kInProgress) return result;
     }
     abi::Result result = postOp(slot.op);
@@ -291,10 +294,14 @@ bool Group::startSignaled(Request& request) {
 
   abi::Result result = postShares(request, request.size <= injectLimit_ && host);
   if (result == abi::kSuccess) {
-    if (op.length <= injectLimit_ && device().inject(op) == abi::kSuccess) return true;
+    if (op.length <= injectLimit_ && device().inject(op) == abi::kSuccess) {
+      ++peer.written;
+      return true;
+    }
     result = postOp(op);
     if (result == abi::kSuccess) {
       ++request.pending;
+      ++entryOps_;
       peer.stagingBusy |= uint64_t{1} << slot;
       return true;
     }
@@ -434,10 +441,14 @@ abi::Result Group::flush(Context& ctx, int stream, Window* window, uint32_t rank
 void Group::finishOp(OpSlot& slot, bool ok, abi::Result error) {
   Request& request = *slot.request;
   --request.pending;
-  if (!slot.entry) --callerOps_;
   if (slot.entry) {
+    --entryOps_;
     peers_[request.peer].stagingBusy &= ~(uint64_t{1} << (request.seq % kSlots));
+  } else {
+    --callerOps_;
   }
+  // A write that completed reached its target (closing counts them, see quiesce()).
+  if (ok && slot.op.type == core::OpType::kWrite) ++peers_[request.peer].written;
   if (!ok) {
     if (request.error == abi::kSuccess) request.error = error;
     if (request.state == Request::State::kActive) request.state = Request::State::kFailed;
@@ -538,7 +549,9 @@ void Group::onComplete(core::Operation& op, size_t length) {
 
 void Group::onError(core::Operation& op, int error, size_t overflow, const char* text) {
   --opsOut_;
-  bool cancelled = error == FI_ECANCELED;
+  // Ours only while closing (cancelInFlight); before that the provider cancelled it (the EFA
+  // stand-in does so for a write to a peer it lost): a failure like any other.
+  bool cancelled = error == FI_ECANCELED && closing_;
   uint32_t peer = rank_;
   switch (op.index) {
     case kRoleShare:
@@ -569,6 +582,14 @@ void Group::onError(core::Operation& op, int error, size_t overflow, const char*
   switch (op.index) {
     case kRoleShare:
     case kRoleEntry:
+      finishOp(*core::recordOf<OpSlot>(op), false, abi::kRemoteError);
+      // A write the target never counted breaks the link's accounting (its signals wait for
+      // segments that will not land): nothing more goes to that rank. A failed read breaks
+      // nothing at the target.
+      if (!cancelled && op.type == core::OpType::kWrite && peer != rank_) {
+        markDead(peer, "a write to it failed");
+      }
+      return;
     case kRoleFlush:
       finishOp(*core::recordOf<OpSlot>(op), false, abi::kRemoteError);
       return;

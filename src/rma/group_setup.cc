@@ -319,10 +319,22 @@ void Group::onControlMessage(core::wire::ControlKind kind, const uint8_t* data, 
   WindowMessage record;
   std::string reason;
   MessageKind messageKind;
-  if (kind != core::wire::ControlKind::kRma || !rma::messageKind(data, length, &messageKind) ||
-      messageKind != MessageKind::kWindow) {
+  if (kind != core::wire::ControlKind::kRma || !rma::messageKind(data, length, &messageKind)) {
     return;
   }
+  if (messageKind == MessageKind::kClose) {
+    CloseMessage notice;
+    if (!decodeClose(data, length, &notice, &reason) || notice.session != session_ ||
+        notice.rank >= nranks_) {
+      NNF_WARN("RMA group %u: dropped a close notice: %s", id(),
+               reason.empty() ? "it belongs to another group" : reason.c_str());
+      return;
+    }
+    peers_[notice.rank].closeHeard = true;
+    peers_[notice.rank].closeWrites = notice.writes;
+    return;
+  }
+  if (messageKind != MessageKind::kWindow) return;
   if (!decodeWindow(data, length, &record, &reason) || record.session != session_ ||
       record.rank >= nranks_) {
     NNF_WARN("RMA group %u: dropped a window record: %s", id(),
@@ -464,24 +476,101 @@ void Group::cancelInFlight() {
     context->forEach([&](Request& request) {
       for (OpSlot& slot : request.ops) {
         if (!unqueue(slot.op)) continue;
-        if (slot.op.index != kRoleEntry) --callerOps_;
+        if (slot.op.index == kRoleEntry) {
+          --entryOps_;
+        } else {
+          --callerOps_;
+        }
         --request.pending;
       }
     });
   }
 }
 
+abi::Result Group::quiesce(uint64_t boundNs) {
+  core::Device& dev = device();
+  // NCCL may free its buffers once closeColl returns: our reads and writes of them end first.
+  uint64_t lastMoveNs = core::nowNs();
+  int lastCount = -1;
+  for (;;) {
+    uint64_t now = core::nowNs();
+    {
+      Lock lock(dev.domainLock());
+      dev.progress();
+      checkPeers(now, false);
+      if (requestOpsOut() == 0 || peerGone()) return abi::kSuccess;
+      if (requestOpsOut() != lastCount) {
+        lastCount = requestOpsOut();
+        lastMoveNs = now;
+      }
+      if (boundNs > 0 && now - lastMoveNs > boundNs) {
+        NNF_WARN(
+            "RMA closeColl: %d operation(s) on registered windows still with the provider "
+            "after %llu ms (NCCL_FABRIC_CLOSE_TIMEOUT_MS); the peers are alive but take "
+            "nothing",
+            requestOpsOut(), static_cast<unsigned long long>(boundNs / 1000000));
+        return abi::kRemoteError;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+void Group::awaitPeersWrites(uint64_t boundNs) {
+  core::Device& dev = device();
+  {
+    Lock lock(dev.domainLock());
+    for (uint32_t p = 0; p < nranks_; ++p) {
+      Peer& peer = peers_[p];
+      if (!peer.joined || peer.dead) continue;
+      CloseMessage notice{};
+      notice.magic = CloseMessage::kMagic;
+      notice.version = kVersion;
+      notice.kind = static_cast<uint32_t>(MessageKind::kClose);
+      notice.session = peer.session;
+      notice.rank = rank_;
+      notice.writes = peer.written;
+      if (sendMessage(p, peer.groupId, &notice, sizeof(notice)) != abi::kSuccess) peer.dead = true;
+    }
+  }
+  // Every rank's writes into our windows land before the windows go (or it dies, or the bound).
+  uint64_t start = core::nowNs();
+  for (;;) {
+    uint64_t now = core::nowNs();
+    {
+      Lock lock(dev.domainLock());
+      dev.progress();
+      checkPeers(now, true);
+      uint32_t waiting = nranks_;
+      for (uint32_t p = 0; p < nranks_ && waiting == nranks_; ++p) {
+        const Peer& peer = peers_[p];
+        bool heard =
+            !peer.joined || peer.dead || (peer.closeHeard && peer.landed >= peer.closeWrites);
+        // Our notice goes out before the group can go (its buffer is the group's).
+        bool sent = !peer.message.op.inFlight && !peer.message.op.queued;
+        if (!heard || !sent) waiting = p;
+      }
+      if (waiting == nranks_) return;
+      if (boundNs > 0 && now - start > boundNs) {
+        NNF_INFO(abi::kLogSubsysNet,
+                 "RMA closeColl: rank %u did not close within %llu ms; its writes into this "
+                 "rank's windows are refused from now on",
+                 waiting, static_cast<unsigned long long>(boundNs / 1000000));
+        return;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
 abi::Result Group::close() {
   core::Device& dev = device();
   int64_t boundMs = dev.config().integer(config::Param::kCloseTimeoutMs);
+  uint64_t boundNs = boundMs > 0 ? static_cast<uint64_t>(boundMs) * 1000000 : 0;
   {
     Lock lock(dev.domainLock());
-    closing_ = true;
+    closing_ = true;  // nothing new is issued
     ref_.magic = HandleRef::kMagicDead;
-    if (linksHeld_) engine_.releaseLinks(linkBase_, nranks_);  // nothing lands here any more
-    linksHeld_ = false;
-    if (listener_ != nullptr) listener_->detach();
-    listener_ = nullptr;
     for (uint32_t p = 0; p < nranks_; ++p) {
       Peer& peer = peers_[p];
       while (Request* request = peer.waitHead) {
@@ -493,31 +582,14 @@ abi::Result Group::close() {
       peer.waitTail = nullptr;
     }
   }
-  // NCCL may free its buffers once this returns: wait for what reads or writes them.
-  abi::Result result = abi::kSuccess;
-  uint64_t lastMoveNs = core::nowNs();
-  int lastCount = -1;
-  for (;;) {
-    uint64_t now = core::nowNs();
-    {
-      Lock lock(dev.domainLock());
-      dev.progress();
-      checkPeers(now, false);
-      if (callerOps_ == 0 || peerGone()) break;
-      if (callerOps_ != lastCount) {
-        lastCount = callerOps_;
-        lastMoveNs = now;
-      }
-      if (boundMs > 0 && now - lastMoveNs > static_cast<uint64_t>(boundMs) * 1000000) {
-        NNF_WARN("RMA closeColl: %d operation(s) on registered windows still with the provider "
-                 "after %lld ms (NCCL_FABRIC_CLOSE_TIMEOUT_MS); the peers are alive but take "
-                 "nothing",
-                 callerOps_, static_cast<long long>(boundMs));
-        result = abi::kRemoteError;
-        break;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  abi::Result result = quiesce(boundNs);
+  if (connected_ && result == abi::kSuccess) awaitPeersWrites(boundNs);
+  {
+    Lock lock(dev.domainLock());
+    if (linksHeld_) engine_.releaseLinks(linkBase_, nranks_);  // nothing lands here any more
+    linksHeld_ = false;
+    if (listener_ != nullptr) listener_->detach();
+    listener_ = nullptr;
   }
   // After this the provider refuses any peer's access to the windows.
   for (auto& window : windows_) {

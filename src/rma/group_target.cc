@@ -35,6 +35,7 @@ void Group::targetError(const char* fmt, ...) {
 
 void Group::onRemote(uint32_t peer, ImmKind kind, uint32_t field) {
   Peer& p = peers_[peer];
+  if (kind != ImmKind::kCredit) ++p.landed;
   switch (kind) {
     case ImmKind::kPlain:
       p.in.onPlain();

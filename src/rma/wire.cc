@@ -85,7 +85,8 @@ bool messageKind(const uint8_t* data, size_t length, MessageKind* out) {
   uint32_t kind = 0;
   memcpy(&kind, data + 8, sizeof(kind));
   if (kind != static_cast<uint32_t>(MessageKind::kJoin) &&
-      kind != static_cast<uint32_t>(MessageKind::kWindow))
+      kind != static_cast<uint32_t>(MessageKind::kWindow) &&
+      kind != static_cast<uint32_t>(MessageKind::kClose))
     return false;
   *out = static_cast<MessageKind>(kind);
   return true;
@@ -110,6 +111,10 @@ bool decodeJoin(const uint8_t* data, size_t length, JoinMessage* out, std::strin
 
 bool decodeWindow(const uint8_t* data, size_t length, WindowMessage* out, std::string* reason) {
   return decodeMessage(data, length, out, "an RMA window record", reason);
+}
+
+bool decodeClose(const uint8_t* data, size_t length, CloseMessage* out, std::string* reason) {
+  return decodeMessage(data, length, out, "an RMA close notice", reason);
 }
 
 }  // namespace nnf::rma

@@ -100,7 +100,7 @@ struct ListenHandle {
 static_assert(sizeof(ListenHandle) == 128);
 
 // What follows the core's control header of a kRma control message.
-enum class MessageKind : uint32_t { kJoin = 1, kWindow = 2 };
+enum class MessageKind : uint32_t { kJoin = 1, kWindow = 2, kClose = 3 };
 constexpr uint16_t kVersion = 1;
 constexpr size_t kMaxRailAddress = 48;
 
@@ -147,6 +147,23 @@ struct WindowMessage {
 };
 static_assert(sizeof(WindowMessage) == 72);
 
+// closeColl, to every rank: "I write nothing more to you, and `writes` of my writes reached
+// you" (those that completed at the source). The receiver deregisters its windows only once that
+// many have landed, so that no write into them is cut by the deregistration (shm never completes
+// a write into a revoked key at its source).
+struct CloseMessage {
+  static constexpr uint32_t kMagic = 0x4352464eu;  // "NFRC"
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint32_t kind;  // MessageKind::kClose
+  uint32_t session;
+  uint32_t rank;
+  uint32_t reserved2;
+  uint64_t writes;
+};
+static_assert(sizeof(CloseMessage) == 32);
+
 uint32_t handleChecksum(const ListenHandle& handle);
 ListenHandle makeListenHandle(uint32_t listenerId, uint64_t nonce, const std::string& provider,
                               const void* address, size_t length);
@@ -156,5 +173,6 @@ bool decodeListenHandle(const void* data, const std::string& provider, ListenHan
 bool messageKind(const uint8_t* data, size_t length, MessageKind* out);
 bool decodeJoin(const uint8_t* data, size_t length, JoinMessage* out, std::string* reason);
 bool decodeWindow(const uint8_t* data, size_t length, WindowMessage* out, std::string* reason);
+bool decodeClose(const uint8_t* data, size_t length, CloseMessage* out, std::string* reason);
 
 }  // namespace nnf::rma

@@ -90,6 +90,36 @@ TEST(RmaWire, MessagesAreRefusedWhenCutOrForeign) {
                             &reason));
 }
 
+TEST(RmaWire, CloseNoticesRoundTripAndAreRefusedWhenCutOrForeign) {
+  CloseMessage notice{};
+  notice.magic = CloseMessage::kMagic;
+  notice.version = kVersion;
+  notice.kind = static_cast<uint32_t>(MessageKind::kClose);
+  notice.session = 0x1234567u;
+  notice.rank = 5;
+  notice.writes = (uint64_t{1} << 40) + 3;
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&notice);
+  MessageKind kind;
+  ASSERT_TRUE(messageKind(bytes, sizeof(notice), &kind));
+  EXPECT_EQ(kind, MessageKind::kClose);
+  CloseMessage out{};
+  std::string reason;
+  ASSERT_TRUE(decodeClose(bytes, sizeof(notice), &out, &reason)) << reason;
+  EXPECT_EQ(out.session, notice.session);
+  EXPECT_EQ(out.rank, 5u);
+  EXPECT_EQ(out.writes, notice.writes);
+  EXPECT_FALSE(decodeClose(bytes, sizeof(notice) - 1, &out, &reason)) << "cut";
+  EXPECT_FALSE(decodeClose(bytes, sizeof(notice) + 8, &out, &reason)) << "too long";
+  notice.version = kVersion + 1;
+  EXPECT_FALSE(decodeClose(bytes, sizeof(notice), &out, &reason)) << "another version";
+  notice.version = kVersion;
+  notice.magic = WindowMessage::kMagic;  // a window record's magic on a close notice
+  EXPECT_FALSE(decodeClose(bytes, sizeof(notice), &out, &reason));
+  notice.magic = CloseMessage::kMagic;
+  notice.kind = 4;  // no such message
+  EXPECT_FALSE(messageKind(bytes, sizeof(notice), &kind));
+}
+
 // GPU memory and a NIC that completes loopback reads and writes in random order.
 class FakeNic : public SignalWords::Io {
  public:

@@ -11,10 +11,6 @@
 #include "log/log.h"
 #include "platform/endpoint_options.h"
 #include "platform/provider_rules.h"
-#include "protocol/rdma.h"
-#include "protocol/rdma_eager.h"
-#include "protocol/rdma_wire.h"
-#include "protocol/sendrecv.h"
 
 namespace nnf::core {
 namespace {
@@ -30,7 +26,8 @@ constexpr int kRefusalsPerPass = 8;
 constexpr uint64_t kWaitingWarnNs = 10ull * 1000000000;
 }  // namespace
 
-Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
+Device::Device(int index, const DeviceSpec& spec, const config::Config& config,
+               const protocol::ProtocolFactory& protocols)
     : index_(index),
       config_(config),
       provider_(spec.rails.front()->fabric_attr->prov_name),
@@ -46,36 +43,8 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
     throw std::runtime_error(why + "; choose another provider with NCCL_FABRIC_PROVIDER");
   }
   openRails(spec);
-  if (spec.rdma) {
-    protocol_ = std::make_unique<protocol::Rdma>();
-    immediateLength_ = true;
-    for (const auto& rail : rails_) immediateLength_ = immediateLength_ && rail->cqDataSize() >= 8;
-    // Segments of at most 2 GiB and of what the provider writes as one (EFA cuts a larger write
-    // into pieces that each carry the immediate), at most 31 of them over every rail.
-    writeSegmentBytes_ = protocol::rdma::kMaxSegmentBytes;
-    const platform::ProviderRules& rules = platform::rulesFor(platform::familyOf(provider_));
-    if (rules.largestWriteBytes > 0) {
-      writeSegmentBytes_ = std::min<uint64_t>(writeSegmentBytes_, rules.largestWriteBytes);
-    }
-    for (const auto& rail : rails_) {
-      size_t largest = 0;
-      if (rail->sizeOption(platform::opt::kLevelEndpoint, platform::opt::kMaxRmaSize, &largest) ==
-              0 &&
-          largest > 0) {
-        writeSegmentBytes_ = std::min<uint64_t>(writeSegmentBytes_, largest);
-      }
-    }
-    properties_.maxMessageBytes = std::min<size_t>(
-        properties_.maxMessageBytes,
-        (protocol::rdma::kMaxSegments - protocol::rdma::kMaxRails) * writeSegmentBytes_);
-    NNF_INFO(abi::kLogSubsysInit, "%s: RMA writes in segments of at most %llu bytes",
-             properties_.name.c_str(), static_cast<unsigned long long>(writeSegmentBytes_));
-    stripeMinBytes_ = static_cast<size_t>(config.integer(config::Param::kStripeMin));
-  } else {
-    protocol_ = std::make_unique<protocol::SendRecv>();
-  }
+  protocol_ = protocols.create(*this, spec, *this);
   injectLimit_ = config.flag(config::Param::kInject) ? rail().injectSize() : 0;
-  injectScratch_.resize(injectLimit_);
   completions_.resize(static_cast<size_t>(config.integer(config::Param::kCqReadCount)));
 
   cuda_ = spec.cuda;
@@ -95,10 +64,6 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
   }
   controlArena_ =
       std::make_unique<ControlArena>(rail().needsLocalRegistration() ? registrar_.get() : nullptr);
-  if (spec.rdma) {
-    rdmaArena_ = std::make_unique<ControlArena>(registrar_.get(), protocol::rdma::kArenaSlotBytes,
-                                                FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE);
-  }
   // The control ring and the drains are posted receives too: they count in the receive lane.
   size_t drainedIds = kDrainedIds;
   if (!platform::wildcardReceivesSafe(platform::familyOf(provider_), fi_version())) {
@@ -143,7 +108,7 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
       *dataRegistrar, domainLock_, memory::MrCacheOptions::fromConfig(config), cuda_,
       properties_.ptrSupport, rmaRead_ ? FI_REMOTE_READ : 0, rail().needsLocalRegistration(),
       spec.rdma ? FI_WRITE | FI_REMOTE_WRITE : 0);
-  if (spec.rdma) setUpEager(config);
+  protocol_->startDevice(*this);
   if (scratch_ != nullptr && !platform::receivesNeedOverflowRoom(provider_) &&
       rail().needsLocalRegistration()) {
     if (memory_->registerHost(scratch_->data(), scratch_->size(), FI_RECV, &scratchHandle_) !=
@@ -166,45 +131,8 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
   }
 }
 
-void Device::setUpEager(const config::Config& config) {
-  const platform::ProviderRules& rules = platform::rulesFor(platform::familyOf(provider_));
-  eagerMaxBytes_ = config.userSet(config::Param::kEagerMax)
-                       ? static_cast<size_t>(config.integer(config::Param::kEagerMax))
-                       : rules.eagerMaxBytes;
-  eagerFromGpuMemory_ = rules.writesMixedMemoryIovs;
-  if (rules.writesWaitForTarget) {
-    // Only inline writes complete while the receiver does not progress (busy elsewhere): the
-    // very case eager messages are for. In order, the header may go inline ahead of the message
-    // (protocol/rdma_eager.cc), which then takes the whole inject size (4 KiB on shm).
-    size_t header = sizeof(protocol::rdma::EagerHeader);
-    size_t inlineMax = deliversInOrder_        ? injectLimit_
-                       : injectLimit_ > header ? injectLimit_ - header
-                                               : 0;
-    eagerMaxBytes_ = std::min(eagerMaxBytes_, inlineMax);
-  }
-  const fi_tx_attr* tx = rail().info()->tx_attr;
-  if (eagerMaxBytes_ > 0 && tx != nullptr && tx->rma_iov_limit != 0 && tx->iov_limit < 2) {
-    // The header and the message go as one write of two local buffers.
-    NNF_INFO(abi::kLogSubsysInit, "%s: no eager messages (the provider writes from one buffer)",
-             properties_.name.c_str());
-    eagerMaxBytes_ = 0;
-  }
-  if (eagerMaxBytes_ > 0 && (properties_.ptrSupport & abi::kPtrCuda) != 0 && !rmaRead_) {
-    // An eager message for a GPU buffer is copied out of its entry by a read from our own
-    // endpoint, which this device cannot do (the flush reads are off too).
-    NNF_INFO(abi::kLogSubsysInit,
-             "%s: no eager messages (GPU buffers could not be filled from bounce entries)",
-             properties_.name.c_str());
-    eagerMaxBytes_ = 0;
-  }
-  if (eagerMaxBytes_ == 0) return;
-  // Few areas a chunk: each is 64 entries (about 520 KiB at 8 KiB), and EFA pins what it
-  // registers. Remote reads: a GPU buffer's copy out of an entry is a read from our endpoint.
-  eagerArena_ = std::make_unique<ControlArena>(
-      registrar_.get(), protocol::rdma::bounceBytes(eagerMaxBytes_),
-      FI_WRITE | FI_REMOTE_WRITE | (rmaRead_ ? FI_REMOTE_READ : 0), /*slotsPerChunk=*/4);
-  NNF_INFO(abi::kLogSubsysInit, "%s: rdma messages up to %zu bytes go eagerly (%u entries a comm)",
-           properties_.name.c_str(), eagerMaxBytes_, protocol::rdma::kEagerEntries);
+void Device::limitMessageBytes(size_t bytes) {
+  properties_.maxMessageBytes = std::min(properties_.maxMessageBytes, bytes);
 }
 
 void Device::setLimits(const fi_info* leader, size_t ownReceives) {
@@ -276,8 +204,7 @@ Device::~Device() {
   if (flushWordHandle_ != nullptr) memory_->deregister(flushWordHandle_);
   if (scratchHandle_ != nullptr) memory_->deregister(scratchHandle_);
   controlArena_->deregisterAll();
-  if (rdmaArena_) rdmaArena_->deregisterAll();
-  if (eagerArena_) eagerArena_->deregisterAll();
+  protocol_->releaseDevice();
   memory_.reset();
   registrar_.reset();
   railSet_.reset();

@@ -64,15 +64,16 @@ struct DeviceSpec {
   std::vector<std::string> gpus;  // PCI addresses of the GPUs it serves, nearest first
 };
 
-class Device {
+class Device : private protocol::DeviceSetup {
  public:
   // Opens the leader rail's fabric objects (the sendrecv protocol moves data on the leader
   // only; rdma opens up to kMaxRails rails of the group) with the endpoint options the provider's
   // rules ask for (src/platform); throws std::runtime_error with the libfabric error text, or when
   // the provider cannot match our tags. A refused option narrows the device (host memory only, no
-  // read flush, no LL/LL128).
-  Device(int index, const DeviceSpec& spec, const config::Config& config);
-  ~Device();
+  // read flush, no LL/LL128). Its protocol comes from `protocols` once the rails are open.
+  Device(int index, const DeviceSpec& spec, const config::Config& config,
+         const protocol::ProtocolFactory& protocols);
+  ~Device() override;
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -91,6 +92,8 @@ class Device {
   protocol::Protocol& protocol() { return *protocol_; }
   const std::string& provider() const { return provider_; }
   MemoryRegistry& memory() { return *memory_; }
+  // The leader rail's registrar: what a protocol keeps per device registers through it.
+  memory::FabricRegistrar& registrar() { return *registrar_; }
   const memory::CudaDriver* cuda() const { return cuda_; }
   bool rmaRead() const { return rmaRead_; }
   // NCCL_FABRIC_GDR_FLUSH, read once: iflush asks on every GPU receive.
@@ -105,20 +108,6 @@ class Device {
   bool ll128Ok() const { return ll128Ok_; }
   // Buffers for connection set-up messages (with descriptors where the provider needs them).
   ControlArena& controlArena() { return *controlArena_; }
-  // The rdma protocol's descriptor rings (null under sendrecv).
-  ControlArena* rdmaArena() { return rdmaArena_.get(); }
-  // rdma: the receive comms' bounce areas for eager messages (null when eager is off).
-  ControlArena* eagerArena() { return eagerArena_.get(); }
-  // rdma: the largest message sent eagerly (0: none; NCCL_FABRIC_EAGER_MAX or the provider's rule).
-  size_t eagerMaxBytes() const { return eagerMaxBytes_; }
-  // Whether a GPU message may go eagerly (a write of a host header and the GPU buffer).
-  bool eagerFromGpuMemory() const { return eagerFromGpuMemory_; }
-  // rdma: messages from this size on are cut over every rail (NCCL_FABRIC_STRIPE_MIN).
-  size_t stripeMinBytes() const { return stripeMinBytes_; }
-  // rdma: the largest segment one write carries (2 GiB, and what the provider writes as one).
-  uint64_t writeSegmentBytes() const { return writeSegmentBytes_; }
-  // True when the immediate data of a write has room for its length (see protocol/rdma_wire.h).
-  bool immediateCarriesLength() const { return immediateLength_; }
   // The one-sided RMA layer's peer writes (core/remote_writes.h) go to `sink` (device lock held;
   // null: none, they are dropped). Set once, when RMA first uses the device.
   void setRemoteWriteSink(RemoteWriteSink* sink) { rmaSink_ = sink; }
@@ -140,9 +129,6 @@ class Device {
   abi::Result inject(const Operation& op);
   // Inject copies the buffer with the CPU: callers use it for host memory only.
   size_t injectLimit() const { return injectLimit_; }
-  // injectLimit() bytes to gather a message in before injecting it (the provider copies it
-  // before inject returns, so one buffer serves every comm).
-  uint8_t* injectScratch() { return injectScratch_.data(); }
   // The provider delivers one endpoint's operations to a peer in the order posted (shm, tcp):
   // a later message cannot overtake an earlier write.
   bool deliversInOrder() const { return deliversInOrder_; }
@@ -192,6 +178,8 @@ class Device {
 
  private:
   void openRails(const DeviceSpec& spec);
+  // DeviceSetup: the protocol's set-up lowers the device's largest message.
+  void limitMessageBytes(size_t bytes) override;
   abi::Result readRail(size_t index);
   uint32_t allocateId();
   // Posts the control receives before the first comm (not at init: NCCL_PROTO is settled by
@@ -224,7 +212,6 @@ class Device {
   void retryQueued(Lane& lane);
   void checkWaiting(Lane& lane);
   // `ownReceives`: the control and drain receives, which count in the receive lane too.
-  void setUpEager(const config::Config& config);
   void setLimits(const fi_info* leader, size_t ownReceives);
   void reapClosed();
   void destroyComm(Comm& comm);
@@ -247,15 +234,7 @@ class Device {
   std::unique_ptr<memory::RailSetRegistrar> railSet_;
   std::unique_ptr<MemoryRegistry> memory_;
   std::unique_ptr<ControlArena> controlArena_;
-  std::unique_ptr<ControlArena> rdmaArena_;
-  bool immediateLength_ = false;
   RemoteWriteSink* rmaSink_ = nullptr;
-  size_t stripeMinBytes_ = 0;
-  uint64_t writeSegmentBytes_ = 0;
-  size_t eagerMaxBytes_ = 0;
-  bool eagerFromGpuMemory_ = true;
-  std::vector<uint8_t> injectScratch_;
-  std::unique_ptr<ControlArena> eagerArena_;
   std::unique_ptr<ScratchArea> scratch_;   // before the drains, which receive into it
   MemoryHandle* scratchHandle_ = nullptr;  // its registration, where the provider needs one
   bool roomForReceives_ = false;

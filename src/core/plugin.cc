@@ -14,10 +14,6 @@
 #include "platform/provider_rules.h"
 
 namespace nnf::core {
-// Created when the library loads, so the data path reads a plain pointer; never destroyed:
-// NCCL's proxy threads may still call in while the process exits.
-Plugin* const Plugin::instance_ = new Plugin();
-
 namespace {
 // Runs when the library is unloaded (NCCL dlcloses its net plugin after the last comm) and at
 // exit: the devices' threads live in this library's code.
@@ -101,7 +97,7 @@ abi::Result Plugin::init(abi::Logger logger) {
   for (const DeviceSpec& spec : plan.specs) {
     try {
       devices_.push_back(
-          std::make_unique<Device>(static_cast<int>(devices_.size()), spec, *config_));
+          std::make_unique<Device>(static_cast<int>(devices_.size()), spec, *config_, protocols_));
     } catch (const std::exception& error) {
       NNF_WARN("skipping device %s: %s", spec.properties.name.c_str(), error.what());
     }

@@ -1,5 +1,6 @@
 // The one plugin object: configuration, the chosen provider and the devices. Every NCCL entry
 // point lands here through a thin ABI shim; arguments are validated here, once for all ABIs.
+// The plugin's assembly (src/abi/assembly.cc) builds it over the protocols the library carries.
 #pragma once
 
 #include <cstddef>
@@ -63,7 +64,10 @@ class Plugin {
   void stopThreads();
 
  private:
-  Plugin() = default;
+  // Devices get their protocols from `protocols` (which outlives the plugin).
+  explicit Plugin(const protocol::ProtocolFactory& protocols) : protocols_(protocols) {}
+  // Defined by the assembly: created when the library loads, so the data path reads a plain
+  // pointer; never destroyed: NCCL's proxy threads may still call in while the process exits.
   static Plugin* const instance_;
   Device* device(int dev, const char* caller);
   bool initialized() const;
@@ -77,6 +81,7 @@ class Plugin {
   bool untrack(const void* object);
   bool tracked(const void* object);
 
+  const protocol::ProtocolFactory& protocols_;
   std::mutex liveMutex_;
   std::unordered_set<const void*> live_;
   std::mutex initMutex_;

@@ -1,6 +1,8 @@
 // How a comm's data moves. The core handles connections, requests and completions; a protocol
 // decides which libfabric operations carry a send or a grouped receive, and keeps whatever
-// per-comm state it needs in a CommState the comm owns.
+// per-comm state it needs in a CommState the comm owns. Each device has its own Protocol object,
+// which holds what the protocol keeps per device; core gets it from the ProtocolFactory that the
+// plugin's assembly (src/abi/assembly.cc) passes in, and never names a concrete protocol.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +13,7 @@
 
 namespace nnf::core {
 class Device;
+struct DeviceSpec;
 class DataComm;
 class SendComm;
 class RecvComm;
@@ -36,11 +39,27 @@ struct ConnectInfo {
   uint64_t ringKey = 0;
 };
 
+// What a protocol may change of the device it is set up on (while the device is built).
+class DeviceSetup {
+ public:
+  virtual ~DeviceSetup() = default;
+  // Lowers the largest message one send or receive may carry (DeviceProperties::maxMessageBytes).
+  virtual void limitMessageBytes(size_t bytes) = 0;
+};
+
 class Protocol {
  public:
   virtual ~Protocol() = default;
   virtual const char* name() const = 0;
   virtual ProtocolId id() const = 0;
+
+  // --- the device's life (device lock not needed: the device is not shared yet, or going) ---
+
+  // The device's memory registry is up: allocate what the protocol keeps per device.
+  virtual void startDevice(core::Device& device) {}
+  // The device is going: close the registrations of what the protocol keeps per device, before
+  // the domain goes (the memory stays until the protocol is destroyed, after the comms).
+  virtual void releaseDevice() {}
 
   // Fill and post the operations of `request` (device lock held). On failure nothing stays
   // posted for this request and the result says why.
@@ -96,6 +115,17 @@ class Protocol {
   virtual void forget(core::DataComm& comm, core::Request& request) {}
   // The device is going: end the uses of memory registrations the comm's state holds.
   virtual void releaseRegistrations(core::DataComm& comm) {}
+};
+
+// Makes each device's protocol. Passed in by the plugin's assembly; core calls it once a device,
+// after the device's rails are open.
+class ProtocolFactory {
+ public:
+  virtual ~ProtocolFactory() = default;
+  // The protocol `spec` asks for on `device`, which it may narrow through `setup`. Throws
+  // std::runtime_error when the protocol cannot run there (construction only).
+  virtual std::unique_ptr<Protocol> create(core::Device& device, const core::DeviceSpec& spec,
+                                           DeviceSetup& setup) const = 0;
 };
 
 }  // namespace nnf::protocol

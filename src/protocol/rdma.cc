@@ -173,7 +173,7 @@ abi::Result writeDescriptors(core::RecvComm& comm, RecvState& state, uint32_t sl
 }  // namespace rdma
 
 abi::Result Rdma::startSend(core::SendComm& comm, ConnectInfo* info) {
-  auto state = std::make_unique<SendState>(comm.device().rdmaArena());
+  auto state = std::make_unique<SendState>(device_);
   if (!state->ring.acquire()) return abi::kSystemError;  // logged by the arena
   info->ringAddress = state->ring->remoteAddress;
   info->ringKey = state->ring->key;
@@ -188,7 +188,7 @@ abi::Result Rdma::startSend(core::SendComm& comm, ConnectInfo* info) {
 }
 
 abi::Result Rdma::startRecv(core::RecvComm& comm, const ConnectInfo& info) {
-  auto state = std::make_unique<RecvState>(comm.device().rdmaArena(), comm.device().eagerArena());
+  auto state = std::make_unique<RecvState>(device_);
   if (!state->staging.acquire()) return abi::kSystemError;
   state->ringAddress = info.ringAddress;
   state->ringKey = info.ringKey;
@@ -252,7 +252,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     // The bounce area (64 entries, about 0.5 MiB at 8 KiB) goes only to comms that receive a
     // second message and post a receive an eager message could fill: NCCL's step buffers are
     // larger, and a comm that carried one message (10,000 of them in scale_test) takes none.
-    size_t eagerMax = comm.device().eagerMaxBytes();
+    size_t eagerMax = device_.eagerMaxBytes();
     if (eagerMax == 0) state.eagerTried = true;  // nothing to grant: never look again
     for (int i = 0; i < count && eagerMax > 0; ++i) {
       if (sizes[i] > eagerMax) continue;
@@ -430,7 +430,7 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
     return;
   }
   core::Request* request = state.requestAt(imm.slot);
-  uint64_t segmentBytes = device.immediateCarriesLength() ? imm.length : length;
+  uint64_t segmentBytes = device_.immediateCarriesLength() ? imm.length : length;
   uint64_t total = 0;
   rdma::SegmentOutcome outcome =
       request == nullptr
@@ -448,7 +448,7 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
     case rdma::SegmentOutcome::kTruncated: {
       core::Operation& op = request->ops[imm.index];
       size_t overflow =
-          device.immediateCarriesLength() && imm.length > op.length ? imm.length - op.length : 0;
+          device_.immediateCarriesLength() && imm.length > op.length ? imm.length - op.length : 0;
       receiver.onError(op, FI_ETRUNC, overflow, "message larger than the receive buffer");
       break;
     }

@@ -8,13 +8,18 @@
 #pragma once
 
 #include "core/protocol.h"
+#include "protocol/rdma_device.h"
 
 namespace nnf::protocol {
 
 class Rdma final : public Protocol {
  public:
+  // One a device: what it keeps there is set up now (RdmaDevice), and at startDevice.
+  Rdma(core::Device& device, DeviceSetup& setup) : device_(device, setup) {}
   const char* name() const override { return "rdma"; }
   ProtocolId id() const override { return ProtocolId::kRdma; }
+  void startDevice(core::Device& device) override { device_.start(); }
+  void releaseDevice() override { device_.release(); }
   abi::Result postSend(core::SendComm& comm, core::Request& request, void* data, size_t size,
                        int tag, core::MemoryHandle* handle) override;
   // kInProgress: the request's slot still has its previous descriptor write with the provider
@@ -43,6 +48,7 @@ class Rdma final : public Protocol {
   void releaseRegistrations(core::DataComm& comm) override;
 
  private:
+  RdmaDevice device_;
   bool warnedStray_ = false;  // one WARN for writes that name no receive
 };
 

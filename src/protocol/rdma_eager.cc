@@ -122,7 +122,7 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
   // Without a registration the message can go only where the provider needs no descriptor.
   if (handle == nullptr && size > 0 && device.rail().needsLocalRegistration()) return false;
   bool hostBuffer = handle == nullptr || handle->type == memory::MemType::kHost;
-  if (!hostBuffer && !device.eagerFromGpuMemory()) {
+  if (!hostBuffer && !state.rdma.eagerFromGpuMemory()) {
     // The provider would copy the GPU message with the CPU (ProviderRules::writesMixedMemoryIovs):
     // it waits for its descriptor. A receiver that leaves small receives undescribed for us
     // hears that we send nothing eagerly (a comm's buffers are all GPU or all host in NCCL).
@@ -154,7 +154,7 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
   if (hostBuffer && sizeof(EagerHeader) + size <= device.injectLimit()) {
     // Header and message gathered into one buffer and written inline: no completion to read.
     core::Operation gathered = op;
-    uint8_t* scratch = device.injectScratch();
+    uint8_t* scratch = state.rdma.injectScratch();
     memcpy(scratch, header, sizeof(EagerHeader));
     if (size > 0) memcpy(scratch + sizeof(EagerHeader), op.buffer, size);
     gathered.headerLength = 0;
@@ -168,7 +168,7 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
     if (endedByInject(injected, state, request, size)) return true;
   }
   if (hostBuffer && state.headerAhead && size <= device.injectLimit() && state.headerSaid &&
-      state.lastHeaderTag == tag && device.immediateCarriesLength()) {
+      state.lastHeaderTag == tag && state.rdma.immediateCarriesLength()) {
     // The receiver knows the tag from the last header (in order, every write lands after the
     // ones before it), and the immediate carries the rest: one inline write.
     core::Operation message = op;
@@ -218,7 +218,7 @@ void onCredits(core::SendComm& comm, SendState& state, uint32_t freedMod256) {
   if (first) {
     // Every credit write carries the grant: whichever lands first describes the area.
     memcpy(&state.grant, state.ring->data + kGrantOffset, sizeof(state.grant));
-    state.eagerMaxBytes = std::min<size_t>(comm.device().eagerMaxBytes(), state.grant.payload);
+    state.eagerMaxBytes = std::min<size_t>(state.rdma.eagerMaxBytes(), state.grant.payload);
     if (state.grant.entries != kEagerEntries) state.eagerMaxBytes = 0;  // not ours to guess
     if (state.eagerMaxBytes > 0 && !state.voids) {
       // An eager message's descriptor may cross it: the void writes that answer it are taken
@@ -324,11 +324,11 @@ void onEagerLimit(core::RecvComm& comm, RecvState& state, size_t maxBytes) {
 }
 
 void grantEager(core::RecvComm& comm, RecvState& state) {
-  core::Device& device = comm.device();
   state.eagerTried = true;
-  if (state.bounce.held() || device.eagerArena() == nullptr || device.eagerMaxBytes() == 0) return;
+  RdmaDevice& rdma = state.rdma;
+  if (state.bounce.held() || rdma.eagerArena() == nullptr || rdma.eagerMaxBytes() == 0) return;
   if (!state.bounce.acquire()) return;  // logged by the arena; the comm works without eager
-  state.bouncePayload = device.eagerMaxBytes();
+  state.bouncePayload = rdma.eagerMaxBytes();
   auto* grant = reinterpret_cast<Grant*>(state.staging->data + kGrantOffset);
   *grant = Grant{state.bounce->remoteAddress, state.bounce->key, kEagerEntries,
                  static_cast<uint32_t>(state.bouncePayload), 0};

@@ -12,10 +12,11 @@
 #include "core/device.h"
 #include "core/memory_registry.h"
 #include "core/operation.h"
+#include "core/protocol.h"
 #include "core/recv_comm.h"
 #include "core/send_comm.h"
 #include "log/log.h"
-#include "core/protocol.h"
+#include "protocol/rdma_device.h"
 #include "protocol/rdma_eager.h"
 #include "protocol/rdma_matching.h"
 #include "protocol/rdma_wire.h"
@@ -59,7 +60,8 @@ struct VoidWrites {
 };
 
 struct SendState final : CommState {
-  explicit SendState(core::ControlArena* arena) : ring(arena) {}
+  explicit SendState(RdmaDevice& device) : rdma(device), ring(device.ringArena()) {}
+  RdmaDevice& rdma;  // what the protocol keeps on the comm's device
   ArenaSlot ring;  // our close acknowledgement, the eager grant and headers, the descriptors
   SendMatcher matcher;
   EagerCredits credits;
@@ -96,8 +98,8 @@ struct SendState final : CommState {
 
 // The receiver's side: the peer's ring, the descriptors being written from, and its buffers.
 struct RecvState final : CommState {
-  RecvState(core::ControlArena* arena, core::ControlArena* eagerArena)
-      : staging(arena), bounce(eagerArena) {}
+  explicit RecvState(RdmaDevice& device)
+      : rdma(device), staging(device.ringArena()), bounce(device.eagerArena()) {}
   // The comm goes once its sender acknowledged the close, died, or the close gave up: the
   // registrations NCCL deregistered meanwhile go too (a late write then fails at the provider
   // instead of landing in memory NCCL freed).
@@ -112,6 +114,7 @@ struct RecvState final : CommState {
     // The registrations each slot's buffers were described with (see dropHandles).
     core::MemoryHandle* handles[kSlotsPerChunk][kGroup] = {};
   };
+  RdmaDevice& rdma;   // what the protocol keeps on the comm's device
   ArenaSlot staging;  // the close notice, then the entry of each slot (entryOffset)
   core::Operation closeNotice;
   // The eager path: the bounce area (taken by the first receive), what its entries hold, and

@@ -20,8 +20,8 @@ struct Share {  // no initialisers: planShares fills those it uses (every send p
   uint32_t segments;
 };
 
-// `segmentBytes`: the device's largest write (Device::writeSegmentBytes: 2 GiB, or less where the
-// provider would cut a write and give each piece the segment's immediate data).
+// `segmentBytes`: the device's largest write (RdmaDevice::writeSegmentBytes: 2 GiB, or less where
+// the provider would cut a write and give each piece the segment's immediate data).
 uint32_t segmentsOf(uint64_t length, uint64_t segmentBytes) {
   return length == 0 ? 1 : static_cast<uint32_t>((length + segmentBytes - 1) / segmentBytes);
 }
@@ -56,8 +56,9 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
                 const BufferDescriptor& buffer, core::MemoryHandle* handle) {
   core::Operation& first = request.ops[0];
   core::Device& device = comm.device();
+  SendState& state = sendState(comm);
   uint64_t total = first.ignore;
-  bool withLength = device.immediateCarriesLength();
+  bool withLength = state.rdma.immediateCarriesLength();
   if (total > buffer.size) {
     NNF_WARN(
         "send of %llu bytes on comm %u does not fit the receiver's %llu-byte buffer (tag %d): "
@@ -84,10 +85,10 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
     }
     return;
   }
-  SendState& state = sendState(comm);
   Share shares[kMaxRails];
-  const uint64_t segmentBytes = device.writeSegmentBytes();
-  uint32_t count = planShares(total, comm.rails(), device.stripeMinBytes(), segmentBytes, shares);
+  const uint64_t segmentBytes = state.rdma.writeSegmentBytes();
+  uint32_t count =
+      planShares(total, comm.rails(), state.rdma.stripeMinBytes(), segmentBytes, shares);
   uint32_t segments = 0;
   for (uint32_t i = 0; i < count; ++i) segments += shares[i].segments;
   // A message on one rail takes the rails in turn; an empty one goes where every key is valid.
@@ -162,9 +163,9 @@ bool Rdma::continueWrite(core::DataComm& comm, core::Operation& op) {
   op.transferred += op.length;
   op.buffer = static_cast<char*>(op.buffer) + op.length;
   op.remoteAddress += op.length;
-  op.length = std::min(op.ignore, comm.device().writeSegmentBytes());
+  op.length = std::min(op.ignore, device_.writeSegmentBytes());
   op.ignore -= op.length;
-  if (comm.device().immediateCarriesLength()) {
+  if (device_.immediateCarriesLength()) {
     op.tag = (op.tag & 0xffffffffu) | (uint64_t{op.length} << rdma::kLengthShift);
   }
   abi::Result result = comm.device().post(op);

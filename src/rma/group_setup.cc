@@ -43,7 +43,8 @@ Group::Group(core::Device& device, uint32_t id, Engine& engine, uint32_t rank, u
   ref_.object = this;
   rails_ = device.railCount();
   injectLimit_ = device.injectLimit();
-  stripeMin_ = device.stripeMinBytes();
+  // Cut over every rail from NCCL_FABRIC_STRIPE_MIN on, as the rdma protocol's messages are.
+  stripeMin_ = static_cast<size_t>(device.config().integer(config::Param::kStripeMin));
   // One completion per segment at the target: no segment larger than a rail writes whole (EFA
   // cuts writes above 1 GiB into pieces that each raise a completion).
   segmentMax_ = uint64_t{1} << 30;

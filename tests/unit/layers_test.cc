@@ -114,6 +114,27 @@ TEST(Layers, NoIncludePointsUp) {
   }
 }
 
+// Core reaches its protocols through core/protocol.h and the factory the assembly passes in: no
+// file of core names a concrete protocol's class (Rdma, RdmaDevice, SendRecv).
+TEST(Layers, CoreNamesNoProtocol) {
+  const std::string root = test::sourceDir();
+  std::vector<std::string> files;
+  listSources(root, "src/core", &files);
+  ASSERT_GT(files.size(), 20u) << "the sources were not found under " << root;
+  const std::regex concrete("\\b(Rdma|SendRecv)[A-Za-z]*\\b");
+  for (const std::string& file : files) {
+    std::ifstream in(root + "/" + file);
+    int number = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++number;
+      std::smatch match;
+      if (std::regex_search(line, match, concrete)) {
+        ADD_FAILURE() << file << ":" << number << " names " << match[0].str();
+      }
+    }
+  }
+}
+
 // The checker itself: an upward include of each kind is caught.
 TEST(Layers, TheTableRefusesWhatPointsUp) {
   auto allowed = [](const std::string& from, const std::string& include) {

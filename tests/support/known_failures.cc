@@ -2,6 +2,8 @@
 
 #include <fnmatch.h>
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -14,8 +16,60 @@ struct KnownFailure {
   const char* reason;
 };
 
-// What fails, where, and why (docs/efa.md, "What the real provider found").
+// What fails, where, and why (docs/efa.md, "What the real provider found" and "EFA's rules in
+// CI").
 constexpr KnownFailure kKnownFailures[] = {
+    // --- On the EFA-rules stand-in (efa, efa+rdma, efa+rdma+2rails; efa_plugin_test's EfaPlugin
+    // suite names provider efa), made as strict as the real provider (issue 24).
+    //
+    // Issue 24, defect 1, on the stand-in: rule mixed-hmem-iov. The GPU eager send is one
+    // two-iov fi_writemsg with remote CQ data, host header then GPU body
+    // (src/protocol/rdma_eager.cc:128-130 header, :137 only host buffers skip it;
+    // src/core/device.cc:277-281 -> Rail::writedata2, src/fabric/rail.h:93-108); EFA emulates it
+    // and copies the body as desc[0]'s host memory: a CPU memcpy of GPU memory.
+    {"efa", "EfaPlugin.EagerMessagesForGpuBuffersAreCopiedByTheNic",
+     "issue 24 defect 1: GPU eager sends are a two-iov write with immediate data that EFA "
+     "emulates with a CPU copy of GPU memory (rule mixed-hmem-iov)"},
+    {"efa", "EfaPlugin.GpuAndHostTransfersOfEverySizeKeepEveryRule",
+     "issue 24 defect 1: its small GPU sends go eagerly as a two-iov write with immediate data "
+     "(rule mixed-hmem-iov)"},
+    {"efa", "EfaPlugin.RefusedWriteOrderingTurnsOffLL128Only",
+     "issue 24 defect 1: its GPU transfers' small sends go eagerly as a two-iov write with "
+     "immediate data (rule mixed-hmem-iov)"},
+    // Issue 24, defect 3, on the stand-in: rule cq-data-size. With EFA's 4-byte immediate the
+    // rdma protocol's truncation notice still puts the size that was sent in the upper 32 bits
+    // (src/protocol/rdma.cc:160-161 encodeData(..., 0, total) whatever withLength, :142, says);
+    // EFA's device drops them (the stand-in refuses the write), so the notice never arrives and
+    // the truncating receive waits.
+    {"efa+rdma*", "Sizes/TruncatingReceive.FailsTheReceiveWithOneWarn/*",
+     "issue 24 defect 3: the truncation notice's immediate data is wider than EFA's 32 bits "
+     "(rule cq-data-size)"},
+    {"efa+rdma*", "Eager.ALargerSendIntoAnUndescribedReceiveFailsAtTheSender",
+     "issue 24 defect 3: the truncation notice's immediate data is wider than EFA's 32 bits "
+     "(rule cq-data-size)"},
+    {"efa+rdma*", "Isolation/Isolation.AFaultOnOneCommLeavesTheOtherMoving/TruncatingSend",
+     "issue 24 defect 3: the truncation notice's immediate data is wider than EFA's 32 bits "
+     "(rule cq-data-size)"},
+    // Failing on main before the stand-in's issue-24 changes (5d63d23): under sendrecv the
+    // stand-in refuses FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES by default (as libfabric
+    // 2.4+), and the refusal costs two WARNs (src/platform/endpoint_options.cc:54 and
+    // src/platform/env_defaults.cc:57) where these tests expect a clean start without any.
+    {"efa", "AbiVersions.InitDevicesAndPropertiesThroughEveryVersion",
+     "sendrecv on efa: the refused message-ordering option WARNs twice at init (issue 24 "
+     "defect 2; failing before the stand-in's issue-24 changes)"},
+    {"efa", "AbiVersions.MessageAboveTheAdvertisedLimitIsRefused",
+     "sendrecv on efa: the refused message-ordering option WARNs twice at init (issue 24 "
+     "defect 2; failing before the stand-in's issue-24 changes)"},
+    {"efa", "Properties.EveryDeviceReportsMeaningfulValues",
+     "sendrecv on efa: the refused message-ordering option WARNs twice at init (issue 24 "
+     "defect 2; failing before the stand-in's issue-24 changes)"},
+    {"efa", "Connections.CloseAndReconnectTwentyTimesInOneProcess",
+     "sendrecv on efa: the refused message-ordering option WARNs twice at init (issue 24 "
+     "defect 2; failing before the stand-in's issue-24 changes)"},
+    {"efa", "GpuMemory.WithoutCudaTheProviderIsUsedForHostMemoryOnly",
+     "sendrecv on efa: the refused message-ordering option WARNs twice at init (issue 24 "
+     "defect 2; failing before the stand-in's issue-24 changes)"},
+    // --- On the real efa provider (softefa*).
     // Issue 24, defect 1: under rdma a small GPU message goes eagerly as one fi_writemsg of two
     // iovs, host header and GPU body (src/protocol/rdma_eager.cc sendEager -> Rail::writedata2,
     // src/fabric/rail.h); EFA emulates a two-iov write with packets, copying the payload with
@@ -61,21 +115,61 @@ constexpr KnownFailure kKnownFailures[] = {
      "progress); crash in efa_rdm_pke_read after the buffers are freed"},
 };
 
-}  // namespace
-
-const char* knownFailure() {
-  // NNF_RUN_KNOWN_FAILURES=1 runs them anyway (to see one fail, or pass once its fix is in).
-  if (const char* run = std::getenv("NNF_RUN_KNOWN_FAILURES"); run != nullptr && *run == '1')
-    return nullptr;
-  const char* provider = std::getenv("NNF_TEST_PROVIDER");
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  if (provider == nullptr || info == nullptr) return nullptr;
-  std::string name = std::string(info->test_suite_name()) + "." + info->name();
+// The reason `name` (suite.test) is known to fail on `provider`, nullptr when none.
+const char* reasonFor(const char* provider, const std::string& name) {
   for (const KnownFailure& known : kKnownFailures) {
     if (fnmatch(known.provider, provider, 0) == 0 && fnmatch(known.test, name.c_str(), 0) == 0)
       return known.reason;
   }
   return nullptr;
+}
+
+bool runAnyway() {
+  // NNF_RUN_KNOWN_FAILURES=1 runs them anyway (to see one fail, or pass once its fix is in).
+  const char* run = std::getenv("NNF_RUN_KNOWN_FAILURES");
+  return run != nullptr && *run == '1';
+}
+
+// Known failures that do not name themselves: ctest runs each test in a process of its own
+// (gtest_discover_tests: --gtest_filter=<the test>), so where every test this process is to run
+// is listed, the global set-up skips them all, with the reasons, before any runs.
+class SkipListedRun : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const char* provider = std::getenv("NNF_TEST_PROVIDER");
+    if (provider == nullptr || runAnyway()) return;
+    const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
+    std::string reasons;
+    int selected = 0;
+    for (int i = 0; i < unit.total_test_suite_count(); ++i) {
+      const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
+      for (int j = 0; j < suite.total_test_count(); ++j) {
+        const ::testing::TestInfo& test = *suite.GetTestInfo(j);
+        if (!test.should_run()) continue;
+        ++selected;
+        const char* reason =
+            reasonFor(provider, std::string(test.test_suite_name()) + "." + test.name());
+        if (reason == nullptr) return;  // something to run: each listed test skips itself or runs
+        reasons += std::string("\n  ") + test.test_suite_name() + "." + test.name() + ": " + reason;
+      }
+    }
+    if (selected > 0) GTEST_SKIP() << "known failure on " << provider << ":" << reasons;
+  }
+};
+
+const bool kSkipListedRun = (::testing::AddGlobalTestEnvironment(new SkipListedRun), true);
+
+}  // namespace
+
+const char* knownFailure(const char* provider) {
+  if (runAnyway() || provider == nullptr) return nullptr;
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (info == nullptr) return nullptr;
+  return reasonFor(provider, std::string(info->test_suite_name()) + "." + info->name());
+}
+
+const char* knownFailure() {
+  return knownFailure(std::getenv("NNF_TEST_PROVIDER"));
 }
 
 }  // namespace nnf::test

@@ -10,6 +10,8 @@
 #   scripts/ci-sanitizers.sh asan       # one of them
 #   JOBS=4 scripts/ci-sanitizers.sh     # build parallelism (default 2)
 #   LIBFABRIC_ROOT=/opt/nnf-deps/libfabric-2.1.0 scripts/ci-sanitizers.sh   # that libfabric
+#   NNF_WERROR=ON scripts/ci-sanitizers.sh  # warnings in the project's sources fail the build
+#                                           # (what scripts/test.sh sets)
 #
 # NNF_CTEST_JUNIT_DIR (set by scripts/test.sh): each ctest run writes its JUnit results there.
 #
@@ -52,7 +54,8 @@ configure_build() {
   local build=$1 sanitize=$2
   shift 2
   cmake -S "$root" -B "$build" -G Ninja -DNNF_BUILD_TOOLS=OFF -DNNF_SANITIZE="$sanitize" \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIBFABRIC_ROOT="${LIBFABRIC_ROOT:-}" "${launcher[@]}" >/dev/null
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIBFABRIC_ROOT="${LIBFABRIC_ROOT:-}" \
+    -DNNF_WERROR="${NNF_WERROR:-OFF}" "${launcher[@]}" >/dev/null
   if [[ $# -gt 0 ]]; then
     cmake --build "$build" -j"$jobs" --target "$@"
   else

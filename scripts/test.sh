@@ -14,6 +14,9 @@
 # Smoke combination - Debian 12's libfabric 1.17, build folder build: the unit tests and the
 #   functional suites of every provider (ctest labels unit, functional_*, efa_rules*).
 #
+# Every build here but the fuzzers' takes -DNNF_WERROR=ON: a compiler warning in the project's
+# own sources fails CI.
+#
 # Usage: scripts/test.sh [--quick]   (--quick: step 1 only, main combination)
 # Build folders are reused when present, and compiles go through ccache. The closing line sums
 # every ctest run: "tests: N passed, N failed, N skipped", the skipped tests with their reasons
@@ -77,13 +80,16 @@ libfabric_2() {
   lf2_prefix=$(scripts/libfabric.sh --efa | tail -1) && [[ -f $lf2_prefix/lib/pkgconfig/libfabric.pc ]]
 }
 stage "libfabric 2.1" libfabric_2 || exit 1
-if stage "build (libfabric 2.1)" scripts/bootstrap.sh build-lf2 -DLIBFABRIC_ROOT="$lf2_prefix"; then
+# -DNNF_WERROR=ON: a warning in the project's own sources fails CI (the sanitizer builds too).
+export NNF_WERROR=ON
+if stage "build (libfabric 2.1)" scripts/bootstrap.sh build-lf2 -DLIBFABRIC_ROOT="$lf2_prefix" \
+  -DNNF_WERROR=ON; then
   stage "ctest (libfabric 2.1)" run_ctest lf2 build-lf2 -LE soak
 fi
 
 if ((quick == 0)); then
   # -DLIBFABRIC_ROOT= : Debian's libfabric, whatever this folder was configured with before.
-  if stage "build (libfabric 1.17)" scripts/bootstrap.sh build -DLIBFABRIC_ROOT=; then
+  if stage "build (libfabric 1.17)" scripts/bootstrap.sh build -DLIBFABRIC_ROOT= -DNNF_WERROR=ON; then
     stage "smoke (libfabric 1.17)" run_ctest lf117-smoke build -L "$smoke_labels"
   fi
   export LIBFABRIC_ROOT=$lf2_prefix  # the ci-*.sh scripts build against it

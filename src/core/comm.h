@@ -14,7 +14,8 @@ namespace nnf::core {
 class Device;
 class Comm;
 
-enum class CommKind : uint8_t { kListen, kSend, kRecv };
+// kRma: the one-sided RMA layer's listeners and groups (src/rma), never handed to the net ABI.
+enum class CommKind : uint8_t { kListen, kSend, kRecv, kRma };
 
 // What NCCL holds for a comm: a plain struct inside the comm, so that validating a pointer
 // NCCL hands back reads plain data (a magic and a kind) before anything polymorphic is touched.

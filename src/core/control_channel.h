@@ -1,5 +1,6 @@
 // The one receive path of a device for everything that is not data: connection requests, accept
-// messages, pings (and, later, the rdma protocol's receive descriptors). Control messages are
+// messages, pings and the rdma protocol's close handshake (kClosed, kClosedAck; its descriptors
+// and credits are RMA writes into the peer's ring, not control messages). Control messages are
 // untagged (data is tagged: the two never meet), start with a wire::ControlHeader naming the
 // comm, and land in a fixed ring of untagged receives; each completion is dispatched by that
 // id and the receive is posted again at once. Untagged rather than tagged with ignore bits:

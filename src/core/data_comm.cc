@@ -49,6 +49,7 @@ void DataComm::releaseRegistrations() {
 }
 
 void DataComm::releaseRegistration(Request& request) {
+  for (int i = 0; i < request.count; ++i) releaseRegistration(request.ops[i]);
   if (request.heldRegistration == nullptr) return;
   endUse(request.heldRegistration);
   request.heldRegistration = nullptr;
@@ -153,6 +154,7 @@ void DataComm::onPing(Operation& op, int error, const char* text) {
 }
 
 void DataComm::onComplete(Operation& op, size_t length) {
+  releaseRegistration(op);
   Request* request = op.request;
   if (request == nullptr) {
     if (isPing(op)) {
@@ -194,6 +196,7 @@ void DataComm::finish(Request& request) {
 }
 
 void DataComm::onError(Operation& op, int error, size_t overflow, const char* text) {
+  releaseRegistration(op);
   Request* request = op.request;
   if (request == nullptr) {
     if (isPing(op)) {
@@ -259,6 +262,8 @@ void DataComm::abandon(Request& request) {
     if (op.inFlight) {
       device().cancel(op);
       ++held;
+    } else {
+      releaseRegistration(op);
     }
   }
   request.remaining = static_cast<uint8_t>(held);

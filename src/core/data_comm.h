@@ -57,6 +57,17 @@ class DataComm : public Comm {
     beginUse(handle);
     request.heldRegistration = handle;
   }
+  // The same for a posted receive: its registration stays until the provider has given it back.
+  void holdRegistration(Operation& op, MemoryHandle* handle) {
+    if (handle == nullptr) return;
+    beginUse(handle);
+    op.heldRegistration = handle;
+  }
+  static void releaseRegistration(Operation& op) {
+    if (op.heldRegistration == nullptr) return;
+    endUse(op.heldRegistration);
+    op.heldRegistration = nullptr;
+  }
   void releaseRegistrations() override;
 
   // A data operation finished: record its size and finish the request when it was the last.
@@ -81,6 +92,10 @@ class DataComm : public Comm {
   bool peerFailed() const { return peerFailed_; }
   // isend and irecv refuse: the peer died, or (rdma) the receiver closed its end.
   bool refusesRequests() const { return peerFailed_ || peerClosed_; }
+
+  // Something the comm's data depends on was lost on the way (a write of the peer's failed at our
+  // NIC): every pending request fails, and later ones are refused, as after the peer's death.
+  void failLost(const char* why) { failPeer(why); }
 
   // Gives up a request whose posting failed: cancels what was posted; the request returns to
   // the pool once the provider has let go of it.

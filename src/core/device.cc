@@ -50,9 +50,26 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
     protocol_ = std::make_unique<protocol::Rdma>();
     immediateLength_ = true;
     for (const auto& rail : rails_) immediateLength_ = immediateLength_ && rail->cqDataSize() >= 8;
-    // Segments of at most 2 GiB, at most 31 of them over every rail (the immediate's fields).
-    properties_.maxMessageBytes =
-        std::min<size_t>(properties_.maxMessageBytes, protocol::rdma::kMaxMessageBytes);
+    // Segments of at most 2 GiB and of what the provider writes as one (EFA cuts a larger write
+    // into pieces that each carry the immediate), at most 31 of them over every rail.
+    writeSegmentBytes_ = protocol::rdma::kMaxSegmentBytes;
+    const platform::ProviderRules& rules = platform::rulesFor(platform::familyOf(provider_));
+    if (rules.largestWriteBytes > 0) {
+      writeSegmentBytes_ = std::min<uint64_t>(writeSegmentBytes_, rules.largestWriteBytes);
+    }
+    for (const auto& rail : rails_) {
+      size_t largest = 0;
+      if (rail->sizeOption(platform::opt::kLevelEndpoint, platform::opt::kMaxRmaSize, &largest) ==
+              0 &&
+          largest > 0) {
+        writeSegmentBytes_ = std::min<uint64_t>(writeSegmentBytes_, largest);
+      }
+    }
+    properties_.maxMessageBytes = std::min<size_t>(
+        properties_.maxMessageBytes,
+        (protocol::rdma::kMaxSegments - protocol::rdma::kMaxRails) * writeSegmentBytes_);
+    NNF_INFO(abi::kLogSubsysInit, "%s: RMA writes in segments of at most %llu bytes",
+             properties_.name.c_str(), static_cast<unsigned long long>(writeSegmentBytes_));
     stripeMinBytes_ = static_cast<size_t>(config.integer(config::Param::kStripeMin));
   } else {
     protocol_ = std::make_unique<protocol::SendRecv>();
@@ -106,6 +123,16 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
     }
     size_t iovLimit = leader->rx_attr != nullptr ? leader->rx_attr->iov_limit : 0;
     roomForReceives_ = scratch_ != nullptr && iovLimit >= 2;
+  } else if (!spec.rdma &&
+             platform::truncatedLongReadsUnsafe(platform::familyOf(provider_), fi_version())) {
+    // Messages read by the receiver (efa's long-read protocol: above 1 MiB in host memory,
+    // above its eager size in GPU memory) must not meet a shorter drain receive there: a
+    // registered scratch as large as NCCL's net messages are (512 KiB steps) takes them whole.
+    // Host receives get it as room too (a GPU receive cannot: one iov type an operation).
+    scratch_ = std::make_unique<ScratchArea>(platform::kLongReadDrainBytes, /*backed=*/true);
+    if (scratch_->empty()) scratch_.reset();
+    size_t iovLimit = leader->rx_attr != nullptr ? leader->rx_attr->iov_limit : 0;
+    roomForReceives_ = scratch_ != nullptr && iovLimit >= 2;
   }
   drains_ = std::make_unique<DrainPool>(*this, drainedIds, scratch_.get());
   // Late messages come within the close bound of their sender's close (10 s without one).
@@ -117,6 +144,14 @@ Device::Device(int index, const DeviceSpec& spec, const config::Config& config)
       properties_.ptrSupport, rmaRead_ ? FI_REMOTE_READ : 0, rail().needsLocalRegistration(),
       spec.rdma ? FI_WRITE | FI_REMOTE_WRITE : 0);
   if (spec.rdma) setUpEager(config);
+  if (scratch_ != nullptr && !platform::receivesNeedOverflowRoom(provider_) &&
+      rail().needsLocalRegistration()) {
+    if (memory_->registerHost(scratch_->data(), scratch_->size(), FI_RECV, &scratchHandle_) !=
+        abi::kSuccess) {
+      throw std::runtime_error("cannot register the drain receives' scratch area");
+    }
+    scratch_->setDesc(scratchHandle_->desc);
+  }
   if (rmaRead_) {
     // Flush reads land in this word: a read from our own endpoint orders after the receive's
     // data writes, which is what makes them visible to the GPU.
@@ -138,10 +173,12 @@ void Device::setUpEager(const config::Config& config) {
                        : rules.eagerMaxBytes;
   if (rules.writesWaitForTarget) {
     // Only inline writes complete while the receiver does not progress (busy elsewhere): the
-    // very case eager messages are for.
-    size_t inlineMax = injectLimit_ > sizeof(protocol::rdma::EagerHeader)
-                           ? injectLimit_ - sizeof(protocol::rdma::EagerHeader)
-                           : 0;
+    // very case eager messages are for. In order, the header may go inline ahead of the message
+    // (protocol/rdma_eager.cc), which then takes the whole inject size (4 KiB on shm).
+    size_t header = sizeof(protocol::rdma::EagerHeader);
+    size_t inlineMax = deliversInOrder_        ? injectLimit_
+                       : injectLimit_ > header ? injectLimit_ - header
+                                               : 0;
     eagerMaxBytes_ = std::min(eagerMaxBytes_, inlineMax);
   }
   const fi_tx_attr* tx = rail().info()->tx_attr;
@@ -160,11 +197,11 @@ void Device::setUpEager(const config::Config& config) {
     eagerMaxBytes_ = 0;
   }
   if (eagerMaxBytes_ == 0) return;
-  // Few areas a chunk: each is 16 entries (about 130 KiB at 8 KiB), and EFA pins what it
+  // Few areas a chunk: each is 64 entries (about 520 KiB at 8 KiB), and EFA pins what it
   // registers. Remote reads: a GPU buffer's copy out of an entry is a read from our endpoint.
   eagerArena_ = std::make_unique<ControlArena>(
       registrar_.get(), protocol::rdma::bounceBytes(eagerMaxBytes_),
-      FI_WRITE | FI_REMOTE_WRITE | (rmaRead_ ? FI_REMOTE_READ : 0), /*slotsPerChunk=*/16);
+      FI_WRITE | FI_REMOTE_WRITE | (rmaRead_ ? FI_REMOTE_READ : 0), /*slotsPerChunk=*/4);
   NNF_INFO(abi::kLogSubsysInit, "%s: rdma messages up to %zu bytes go eagerly (%u entries a comm)",
            properties_.name.c_str(), eagerMaxBytes_, protocol::rdma::kEagerEntries);
 }
@@ -202,13 +239,14 @@ void Device::openRails(const DeviceSpec& spec) {
   for (const platform::EndpointOption& option : options) {
     settings.push_back({option.level, option.optname, option.value, 0});
   }
-  rails_.push_back(std::make_unique<fabric::Rail>(leader, 0, &settings));
+  rails_.push_back(std::make_unique<fabric::Rail>(leader, 0, &settings, rules.bindEventQueue));
   // The other rails carry rdma writes only; an option they refuse was refused by the leader
   // too or matters for messages alone, so their answers are not acted on.
-  size_t wanted = spec.rdma ? std::min(spec.rails.size(), memory::kMaxRails) : 1;
+  size_t wanted = spec.carryingRails;
   for (size_t r = 1; r < wanted; ++r) {
     std::vector<fabric::EndpointSetting> railSettings = settings;
-    rails_.push_back(std::make_unique<fabric::Rail>(spec.rails[r], 0, &railSettings));
+    rails_.push_back(
+        std::make_unique<fabric::Rail>(spec.rails[r], 0, &railSettings, rules.bindEventQueue));
   }
   if (spec.rdma && spec.rails.size() > wanted) {
     NNF_INFO(abi::kLogSubsysInit, "%s: data moves on the first %zu of its %zu NICs",
@@ -235,6 +273,7 @@ Device::~Device() {
   for (auto& entry : comms_) entry.second->releaseRegistrations();
   // Close the endpoint before the comms whose operations it may still reference.
   if (flushWordHandle_ != nullptr) memory_->deregister(flushWordHandle_);
+  if (scratchHandle_ != nullptr) memory_->deregister(scratchHandle_);
   controlArena_->deregisterAll();
   if (rdmaArena_) rdmaArena_->deregisterAll();
   if (eagerArena_) eagerArena_->deregisterAll();
@@ -257,7 +296,7 @@ abi::Result Device::postNow(Operation& op, ssize_t* ret) {
     case OpType::kRecv:
       if (op.withRoom) {
         *ret = rail.trecvWithRoom(op.buffer, op.length, op.desc, scratch_->data(),
-                                  scratch_->size(), op.tag, &op.context);
+                                  scratch_->size(), scratch_->desc(), op.tag, &op.context);
         break;
       }
       *ret =
@@ -380,7 +419,23 @@ abi::Result Device::progress() {
   if (!rx_.waiting.empty() || rx_.fullSinceNs != 0) retryQueued(rx_);
   if (!tx_.waiting.empty() || tx_.fullSinceNs != 0) retryQueued(tx_);
   if (!closing_.empty()) reapClosed();
+  if (--eventCheckCountdown_ == 0) checkEvents();
   return abi::kSuccess;
+}
+
+void Device::checkEvents() {
+  eventCheckCountdown_ = kEventCheckInterval;
+  std::string text;
+  for (size_t r = 0; r < rails_.size(); ++r) {
+    while (rails_[r]->readEventError(&text)) {
+      // The comms to that peer fail through their own operations; this says why, once a rail.
+      if (eventReported_.size() < rails_.size()) eventReported_.resize(rails_.size());
+      if (eventReported_[r]) continue;
+      eventReported_[r] = true;
+      NNF_WARN("device %d: NIC %s reported an endpoint error: %s", index_,
+               r < railNames_.size() ? railNames_[r].c_str() : "?", text.c_str());
+    }
+  }
 }
 
 abi::Result Device::readRail(size_t index) {
@@ -393,7 +448,11 @@ abi::Result Device::readRail(size_t index) {
         // A peer's write: remote CQ data without a receive of ours. Its op_context is not ours
         // (NULL, or a provider's value on shm 2.x): never dereference it.
         if ((entry.flags & FI_REMOTE_CQ_DATA) != 0 && (entry.flags & FI_RECV) == 0) {
-          protocol_->onRemoteWrite(*this, index, entry.data, entry.len);
+          if (isRmaImmediate(entry.data)) {
+            if (rmaSink_ != nullptr) rmaSink_->onRemoteWrite(*this, index, entry.data, entry.len);
+          } else {
+            protocol_->onRemoteWrite(*this, index, entry.data, entry.len);
+          }
           continue;
         }
         Operation* op = Operation::fromContext(entry.op_context);
@@ -424,7 +483,21 @@ void Device::dispatchError(size_t railIndex) {
   ssize_t ret = rail.readError(&entry, &text);
   if (ret <= 0) return;
   if (entry.op_context == nullptr) {
-    NNF_WARN("device %d: completion error without context: %s", index_, fi_strerror(entry.err));
+    // A peer's write that failed here (EFA: an unsolicited write receive): its immediate data
+    // names the comm, which fails rather than wait for data that will not come.
+    int error = entry.err < 0 ? -entry.err : entry.err;
+    char why[224];
+    snprintf(why, sizeof(why), "a write of the peer's failed at NIC %s: %s%s%s%s",
+             railIndex < railNames_.size() ? railNames_[railIndex].c_str() : "?",
+             fi_strerror(error), text != nullptr && *text != '\0' ? " (" : "",
+             text != nullptr ? text : "", text != nullptr && *text != '\0' ? ")" : "");
+    if ((entry.flags & FI_REMOTE_CQ_DATA) != 0 && protocol_->onRemoteWriteError(*this, entry.data, why)) {
+      return;
+    }
+    if (!unattributedErrorReported_) {
+      unattributedErrorReported_ = true;
+      NNF_WARN("device %d: an error completion names no operation and no comm: %s", index_, why);
+    }
     return;
   }
   Operation* op = Operation::fromContext(entry.op_context);

@@ -24,6 +24,7 @@
 #include "core/op_queue.h"
 #include "core/operation.h"
 #include "core/progress_keeper.h"
+#include "core/remote_writes.h"
 #include "core/scratch_area.h"
 #include "fabric/domain_lock.h"
 #include "fabric/rail.h"
@@ -57,6 +58,7 @@ struct DeviceSpec {
   const memory::CudaDriver* cuda = nullptr;  // null without CUDA
   bool rmaRead = false;                      // GPUDirect flush by RDMA read is possible
   bool rdma = false;  // move data with the rdma protocol (the rails offer RMA writes with data)
+  size_t carryingRails = 1;  // the first this many rails move data (the plan: core/network_plan.h)
   DeviceProperties properties;
   std::vector<std::string> railNames;
   std::vector<std::string> gpus;  // PCI addresses of the GPUs it serves, nearest first
@@ -111,8 +113,13 @@ class Device {
   size_t eagerMaxBytes() const { return eagerMaxBytes_; }
   // rdma: messages from this size on are cut over every rail (NCCL_FABRIC_STRIPE_MIN).
   size_t stripeMinBytes() const { return stripeMinBytes_; }
+  // rdma: the largest segment one write carries (2 GiB, and what the provider writes as one).
+  uint64_t writeSegmentBytes() const { return writeSegmentBytes_; }
   // True when the immediate data of a write has room for its length (see protocol/rdma_wire.h).
   bool immediateCarriesLength() const { return immediateLength_; }
+  // The one-sided RMA layer's peer writes (core/remote_writes.h) go to `sink` (device lock held;
+  // null: none, they are dropped). Set once, when RMA first uses the device.
+  void setRemoteWriteSink(RemoteWriteSink* sink) { rmaSink_ = sink; }
 
   // --- everything below: caller holds domainLock() ---
 
@@ -162,6 +169,10 @@ class Device {
   bool roomForReceives() const { return roomForReceives_; }
   // The library is being unloaded: the device's own thread stops (device lock not held).
   void stopThreads() { keeper_->stop(); }
+  // A protocol owes its peer writes whose end only our own progress brings (the rdma sender's
+  // voids, which free the receiver's slots): the device is kept progressing for a while even if
+  // the application stops calling (device lock held).
+  void keepProgressing() { keeper_->wake(); }
   // Comms closed whose operations the provider still holds (or whose close waits on them).
   size_t closingCount() const { return closing_.size(); }
   ControlChannel& controlChannel() { return *controlChannel_; }
@@ -185,6 +196,13 @@ class Device {
   // then, and a device NCCL never uses posts nothing). False, logged, when they cannot be.
   bool startControl();
   void dispatchError(size_t railIndex);
+  // Reads the rails' event queues (where the provider has them) every kEventCheckInterval
+  // progress calls: handshake failures are reported there, seldom.
+  void checkEvents();
+  static constexpr uint32_t kEventCheckInterval = 4096;
+  uint32_t eventCheckCountdown_ = kEventCheckInterval;
+  std::vector<bool> eventReported_;  // per rail: one WARN
+  bool unattributedErrorReported_ = false;
   // The first failure of an operation on one of several rails names that rail's NIC, once:
   // comms report their own failures, but not which NIC of the device broke.
   void noteRailFailure(size_t railIndex, const Operation& op, int error, const char* text);
@@ -229,11 +247,14 @@ class Device {
   std::unique_ptr<ControlArena> controlArena_;
   std::unique_ptr<ControlArena> rdmaArena_;
   bool immediateLength_ = false;
+  RemoteWriteSink* rmaSink_ = nullptr;
   size_t stripeMinBytes_ = 0;
+  uint64_t writeSegmentBytes_ = 0;
   size_t eagerMaxBytes_ = 0;
   std::vector<uint8_t> injectScratch_;
   std::unique_ptr<ControlArena> eagerArena_;
   std::unique_ptr<ScratchArea> scratch_;  // before the drains, which receive into it
+  MemoryHandle* scratchHandle_ = nullptr;  // its registration, where the provider needs one
   bool roomForReceives_ = false;
   std::unique_ptr<DrainPool> drains_;
   // Declared after everything progress() touches, so that its thread stops first.

@@ -39,7 +39,8 @@ int64_t speedOf(const fi_info* info, int64_t defaultMbps) {
 }  // namespace
 
 DevicePlan planDevices(const fabric::ProviderChoice& choice, const config::Config& config,
-                       size_t carryingRails) {
+                       size_t carryingRails,
+                       const std::function<topology::Topology()>& loadTopology) {
   DevicePlan result;
   std::vector<topology::Nic>& nics = result.nics;
   for (const fabric::InfoPtr& info : choice.domains) {
@@ -56,7 +57,7 @@ DevicePlan planDevices(const fabric::ProviderChoice& choice, const config::Confi
   bool anyPci = std::any_of(nics.begin(), nics.end(), [](const auto& nic) { return nic.pci; });
   if (anyPci) {
     try {
-      topo.emplace(topology::Topology::fromSystem());
+      topo.emplace(loadTopology());
     } catch (const std::exception& error) {
       NNF_INFO(abi::kLogSubsysInit, "hwloc topology unavailable (%s): one device per NIC",
                error.what());
@@ -78,6 +79,7 @@ DevicePlan planDevices(const fabric::ProviderChoice& choice, const config::Confi
         props.maxMessageBytes = std::min(props.maxMessageBytes, info->ep_attr->max_msg_size);
       }
     }
+    spec.carryingRails = std::min(carryingRails, spec.rails.size());
     for (const topology::PciAddress& gpu : planned.gpus) spec.gpus.push_back(gpu.str());
     props.name = topology::deviceName(planned, nics);
     props.pciPath = topology::devicePciPath(planned, nics, topo ? &*topo : nullptr).value_or("");

@@ -34,7 +34,7 @@ void DrainPool::add(uint32_t id) {
   op.type = OpType::kRecv;
   op.buffer = shared ? scratch_->data() : entry->slot.data;
   op.length = shared ? scratch_->size() : ControlSlot::kSize;
-  op.desc = shared ? nullptr : entry->slot.desc;
+  op.desc = shared ? scratch_->desc() : entry->slot.desc;
   // The comm id bits must match; data or control, sequence number and NCCL tag may be anything.
   op.tag = uint64_t{id & tags::kMaxCommId} << tags::kCommIdShift;
   op.ignore = ~(uint64_t{tags::kMaxCommId} << tags::kCommIdShift);

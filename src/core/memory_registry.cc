@@ -36,7 +36,8 @@ MemoryRegistry::MemoryRegistry(memory::Registrar& registrar, fabric::DomainLock&
       dataAccess_(dataAccess) {}
 
 abi::Result MemoryRegistry::registerBuffer(void* data, size_t size, int ncclType, int dmabufFd,
-                                           uint64_t dmabufOffset, MemoryHandle** out) {
+                                           uint64_t dmabufOffset, MemoryHandle** out,
+                                           uint64_t extraAccess) {
   if ((ncclType & ptrSupport_) == 0 ||
       (ncclType != abi::kPtrHost && ncclType != abi::kPtrCuda && ncclType != abi::kPtrDmaBuf)) {
     NNF_WARN("regMr: %s memory at %p (%zu bytes) is not supported by this device (ptrSupport=%d)",
@@ -46,7 +47,7 @@ abi::Result MemoryRegistry::registerBuffer(void* data, size_t size, int ncclType
   memory::Region region;
   region.base = data;
   region.length = size;
-  region.access = FI_SEND | FI_RECV | dataAccess_;
+  region.access = FI_SEND | FI_RECV | dataAccess_ | extraAccess;
   if (ncclType != abi::kPtrHost) {
     memory::PointerInfo info;
     if (cuda_ == nullptr || cuda_->pointerInfo(data, &info) != 0 || !info.device) {

@@ -31,8 +31,10 @@ class MemoryRegistry {
                  int ptrSupport, uint64_t gpuAccess, bool hostDescriptors = true,
                  uint64_t dataAccess = 0);
 
+  // `extraAccess`: bits beyond what NCCL's net buffers get (the RMA layer's windows are read
+  // and written by peers: FI_READ | FI_REMOTE_READ | FI_WRITE | FI_REMOTE_WRITE).
   abi::Result registerBuffer(void* data, size_t size, int ncclType, int dmabufFd,
-                             uint64_t dmabufOffset, MemoryHandle** out);
+                             uint64_t dmabufOffset, MemoryHandle** out, uint64_t extraAccess = 0);
   // Registers host memory with explicit access bits (the flush word).
   abi::Result registerHost(void* data, size_t size, uint64_t access, MemoryHandle** out);
   // `keep`: sends still refer to the handle (they fail when they see it released): its

@@ -1,5 +1,7 @@
-// One libfabric operation in flight (a tagged send or receive). Its address is the completion
-// context handed to the provider, so the fi_context2 scratch space must come first.
+// One libfabric operation in flight: a tagged send or receive (data, drains), an untagged one
+// (the control channel), an RMA read (flushes, eager copies into GPU memory) or an RMA write with
+// immediate data (the rdma protocol). Its address is the completion context handed to the
+// provider, so the fi_context2 scratch space must come first.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -12,6 +14,7 @@ namespace nnf::core {
 
 struct Request;
 struct Operation;
+struct MemoryHandle;
 
 // Whoever posted an operation hears about its completion (comms, and the device's drain
 // receives for closed comm ids). Called by the device with its lock held.
@@ -65,12 +68,21 @@ struct Operation {
   void* desc = nullptr;
   fi_addr_t peer = FI_ADDR_UNSPEC;
   uint64_t tag = 0;            // kWrite: the immediate data
-  uint64_t ignore = 0;         // kRecv: tag bits that need not match (drain receives)
-  uint64_t remoteAddress = 0;  // kRead, kWrite: address and key at the peer
+  // kRecv: tag bits that need not match (drain receives). The rdma protocol reuses it: a send
+  // waiting for its descriptor, the message's size; a posted segment, the bytes of its share
+  // after it; an eager copy's read, the bounce entry + 1 (issue 25 gives each kind its own field).
+  uint64_t ignore = 0;
+  // kRead, kWrite: address and key at the peer. An rdma send waiting for its descriptor keeps its
+  // MemoryHandle* here instead.
+  uint64_t remoteAddress = 0;
   uint64_t remoteKey = 0;
   size_t transferred = 0;  // bytes moved, once completed (what test() reports)
   void* header = nullptr;  // kWrite with headerLength: registered, with headerDesc
   void* headerDesc = nullptr;
+  // A posted receive's registration, held while the provider may still write through its
+  // descriptor (NCCL deregisters before it closes; efa reads into a matched receive after that);
+  // null otherwise. Sends hold theirs on the request.
+  MemoryHandle* heldRegistration = nullptr;
   Operation* nextQueued = nullptr;  // OpQueue links
   Operation* prevQueued = nullptr;
 

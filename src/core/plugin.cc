@@ -5,15 +5,12 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "core/device_plan.h"
-#include "fabric/probe.h"
-#include "fabric/provider.h"
+#include "core/network_plan.h"
 #include "log/log.h"
 #include "memory/gdr_policy.h"
 #include "memory/region.h"
 #include "platform/dmabuf_probe.h"
 #include "platform/env_defaults.h"
-#include "platform/protocol_choice.h"
 #include "platform/provider_rules.h"
 
 namespace nnf::core {
@@ -65,62 +62,24 @@ abi::Result Plugin::init(abi::Logger logger) {
   cuda_.emplace(memory::CudaDriver::fromConfig(*config_));
   NNF_INFO(abi::kLogSubsysInit, "CUDA: %s", cuda_->reason().c_str());
   memory::GdrMode gdrMode = memory::gdrModeFromConfig(*config_);
-  bool wantHmem = cuda_->available() && gdrMode != memory::GdrMode::kOff;
 
-  const std::string& protocolSetting = config_->string(config::Param::kProtocol);
-  fabric::ProviderChoice choice;
+  // Provider, protocol and devices: the decisions fabric-net-info prints (core/network_plan.h).
+  PlanSources sources;
+  sources.cudaUsable = [this](const config::Config&) { return cuda_->available(); };
+  NetworkPlan network;
   try {
-    choice = fabric::selectProvider(config_->string(config::Param::kProvider), wantHmem,
-                                    platform::wantsRma(protocolSetting));
-  } catch (const std::exception& error) {
-    NNF_WARN("no usable network: %s; NCCL will fall back to its own transports", error.what());
-    initResult_ = abi::kSystemError;
+    network = planNetwork(*config_, sources);
+  } catch (const PlanError& error) {
+    error.warn();
+    initResult_ = error.result();
     return initResult_;
   }
+  const fabric::ProviderChoice& choice = network.choice;
   provider_ = choice.provider;
-  NNF_INFO(abi::kLogSubsysInit, "provider %s: %s rules", provider_.c_str(),
-           platform::familyName(platform::familyOf(provider_)));
-  const platform::ProviderRules& rules = platform::rulesFor(platform::familyOf(provider_));
-  bool writesEmulated = false;
-  if (choice.rma && rules.writesEmulatedOption != 0) {
-    // One NIC answers for all: the NICs of one instance are of one kind.
-    int probed =
-        fabric::probeEndpointBool(choice.domains.front().get(), platform::opt::kLevelEndpoint,
-                                  rules.writesEmulatedOption, &writesEmulated);
-    if (probed != 0) writesEmulated = true;  // an older provider that cannot say does not write
-    NNF_INFO(
-        abi::kLogSubsysInit, "provider %s: RMA writes %s", provider_.c_str(),
-        probed != 0
-            ? ("of unknown kind (" + fabric::errorText(probed) + "): taken as emulated").c_str()
-            : (writesEmulated ? "emulated in software" : "done by the device"));
-  }
-  platform::ProtocolDecision protocol =
-      platform::decideProtocol({protocolSetting, provider_, choice.rma, writesEmulated});
-  if (protocol.refused) {
-    NNF_WARN(
-        "NCCL_FABRIC_PROTOCOL=rdma, but provider %s offers no RMA writes with immediate data on "
-        "every NIC; use sendrecv (or auto)",
-        provider_.c_str());
-    initResult_ = abi::kInvalidUsage;
-    return initResult_;
-  }
-  bool rdma = protocol.rdma;
-  NNF_INFO(abi::kLogSubsysInit, "protocol %s: %s", rdma ? "rdma" : "sendrecv",
-           protocol.reason.c_str());
-  // The sendrecv protocol moves data on each device's leader NIC only; rdma on up to
-  // kMaxRails of them (Device opens that many).
-  const size_t carryingRails = rdma ? memory::kMaxRails : 1;
-  DevicePlan plan;
-  try {
-    plan = planDevices(choice, *config_, carryingRails);
-  } catch (const config::ConfigError& error) {
-    NNF_WARN("invalid configuration: %s", error.what());
-    initResult_ = abi::kInvalidUsage;
-    return initResult_;
-  }
+  DevicePlan& plan = network.devices;
 
   // Pointer support before the devices open; a device narrows it when its provider refuses an
-  // option GPU buffers depend on (Device::openRail).
+  // option GPU buffers depend on (Device::openRails).
   platform::DmaBufInputs dmaBufInputs;
   dmaBufInputs.builtWithDmaBuf = NNF_HAVE_FI_MR_DMABUF != 0;
   dmaBufInputs.runtimeFiVersion = fi_version();
@@ -138,7 +97,6 @@ abi::Result Plugin::init(abi::Logger logger) {
     spec.properties.ptrSupport = ptrSupport.bits;
     spec.cuda = cuda_->available() ? &*cuda_ : nullptr;
     spec.rmaRead = choice.rmaRead && (ptrSupport.bits & abi::kPtrCuda) != 0;
-    spec.rdma = rdma;
   }
   for (const DeviceSpec& spec : plan.specs) {
     try {
@@ -161,7 +119,7 @@ abi::Result Plugin::init(abi::Logger logger) {
     gdr = gdr && (device->properties().ptrSupport & abi::kPtrCuda) != 0;
   }
   platform::applyProto(platform::decideProto(ll128Ok, getenv("NCCL_PROTO")));
-  exportTopology(plan, gdr, carryingRails);
+  exportTopology(plan, gdr, network.carryingRails);
   NNF_INFO(abi::kLogSubsysInit, "using provider %s (version %u.%u), protocol %s, %zu device(s)",
            provider_.c_str(), FI_MAJOR(choice.providerVersion), FI_MINOR(choice.providerVersion),
            devices_.front()->protocol().name(), devices_.size());

@@ -53,6 +53,10 @@ class Plugin {
   abi::Result test(void* request, int* done, size_t* sizes, int* count);
 
   const config::Config* config() const { return config_ ? &*config_ : nullptr; }
+  // Device `dev` after a successful init, else nullptr with one WARN naming `caller` (the
+  // one-sided RMA layer runs on the same devices).
+  Device* deviceFor(int dev, const char* caller) { return device(dev, caller); }
+  size_t deviceTotal() const { return initialized() ? devices_.size() : 0; }
 
   // The library is being unloaded (dlclose, or the process exits): the devices' own threads end,
   // so that none runs code that is about to be unmapped. The plugin itself stays (see instance_).

@@ -7,7 +7,8 @@
 // closes), and the peer's close would wait for ever. So once a comm closes, a thread of the
 // device's progresses it every millisecond in which no other thread did, until nothing is
 // closing and no late message arrived for the close bound (NCCL_FABRIC_CLOSE_TIMEOUT_MS); then
-// it sleeps until the next close.
+// it sleeps until the next close. A protocol that owes its peer writes only our progress ends
+// (Device::keepProgressing) wakes it the same way.
 #pragma once
 
 #include <condition_variable>
@@ -27,8 +28,8 @@ class ProgressKeeper {
   ProgressKeeper(const ProgressKeeper&) = delete;
   ProgressKeeper& operator=(const ProgressKeeper&) = delete;
 
-  // A comm closed (device lock held): keep progressing from now on, starting the thread the
-  // first time (named "nnf-keeper").
+  // A comm closed, or a protocol owes writes (device lock held): keep progressing from now on,
+  // starting the thread the first time (named "nnf-keeper").
   void wake();
   // Ends the thread for good (the library is being unloaded: its code must not run any more);
   // later wakes do nothing. Device lock not held.

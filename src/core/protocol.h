@@ -61,6 +61,12 @@ class Protocol {
   // A completion with remote CQ data and no posted operation (an RMA write of the peer), read
   // from rail `rail`'s completion queue.
   virtual void onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_t length) {}
+  // An error completion with no operation of ours behind it and remote CQ data: a peer's write
+  // into this device failed here (EFA reports those with a NULL context). `data` names whom it
+  // was for; true when the protocol found the comm and failed it.
+  virtual bool onRemoteWriteError(core::Device& device, uint64_t data, const char* why) {
+    return false;
+  }
   // A comm's own operation (not a request's) completed or failed: true when it was ours.
   virtual bool onOwnCompletion(core::DataComm& comm, core::Operation& op, int error) {
     return false;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/tags.h"
+#include "topology/fnv1a.h"
 
 namespace nnf::core::wire {
 namespace {
@@ -38,19 +39,14 @@ bool checkSize(size_t size, size_t expected, const char* what, std::string* reas
 }  // namespace
 
 uint32_t providerHash(const std::string& provider) {
-  uint32_t hash = 2166136261u;  // FNV-1a
-  for (unsigned char c : provider) hash = (hash ^ c) * 16777619u;
-  return hash;
+  return topology::fnv1a32(provider);
 }
 
 uint32_t handleChecksum(const ListenHandle& handle) {
   ListenHandle copy = handle;
   copy.connectToken = 0;
   copy.checksum = 0;
-  const auto* bytes = reinterpret_cast<const uint8_t*>(&copy);
-  uint32_t hash = 2166136261u;  // FNV-1a
-  for (size_t i = 0; i < sizeof(copy); ++i) hash = (hash ^ bytes[i]) * 16777619u;
-  return hash;
+  return topology::fnv1a32(&copy, sizeof(copy));
 }
 
 uint32_t localPid() {
@@ -67,9 +63,7 @@ uint64_t localHostId() {
       gethostname(host, sizeof(host) - 1);
       text = host;
     }
-    uint64_t hash = 14695981039346656037ull;
-    for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
-    return hash;
+    return topology::fnv1a64(text);
   }();
   return kHostId;
 }

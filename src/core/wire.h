@@ -27,7 +27,8 @@ enum class ControlKind : uint32_t {
   kAccept = 2,
   kPing = 3,
   kClosed = 4,
-  kClosedAck = 5
+  kClosedAck = 5,
+  kRma = 6  // the one-sided RMA layer's set-up messages (src/rma/wire.h says which)
 };
 struct ControlHeader {
   static constexpr uint32_t kMagic = 0x4843464eu;  // "NFCH"

@@ -16,25 +16,6 @@ namespace {
 // The API version we ask for: what our headers describe.
 constexpr uint32_t kApiVersion = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
 
-// The sockets provider works but takes milliseconds per message: never pick it on our own.
-bool skippedByDefault(const std::string& provName) {
-  return provName == "sockets";
-}
-
-InfoPtr query(InfoPtr hints) {
-  InfoPtr result;
-  int ret = fi_getinfo(kApiVersion, nullptr, nullptr, 0, hints.get(), result.out());
-  if (ret == -FI_ENODATA) return InfoPtr();
-  if (ret != 0) {
-    throw std::runtime_error("fi_getinfo failed: " + errorText(ret));
-  }
-  return result;
-}
-
-InfoPtr queryAll() {
-  return query(makeHints());
-}
-
 // The chosen provider's domains, one fi_info each (the first entry per domain name wins).
 std::vector<InfoPtr> domainsOf(const InfoPtr& all, const std::string& provider) {
   std::vector<InfoPtr> domains;
@@ -51,6 +32,8 @@ std::vector<InfoPtr> domainsOf(const InfoPtr& all, const std::string& provider) 
 
 // The rdma protocol's capabilities: RMA writes into registered buffers of the peer.
 constexpr uint64_t kRmaWriteCaps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+// Asked for beside them where the provider has them: the one-sided RMA layer's gets (src/rma).
+constexpr uint64_t kRmaReadCaps = FI_RMA | FI_READ | FI_REMOTE_READ;
 
 InfoPtr providerHints(const std::string& provider, uint64_t caps) {
   InfoPtr hints = makeHints();
@@ -59,20 +42,21 @@ InfoPtr providerHints(const std::string& provider, uint64_t caps) {
   return hints;
 }
 
-InfoPtr hmemHints(const std::string& provider, bool withRead, bool withRma) {
-  InfoPtr hints = providerHints(provider, FI_HMEM | (withRma ? kRmaWriteCaps : 0));
+InfoPtr hmemHints(const std::string& provider, bool withRead, uint64_t rmaCaps) {
+  InfoPtr hints = providerHints(provider, FI_HMEM | rmaCaps);
   if (withRead) hints->caps |= FI_RMA | FI_READ | FI_REMOTE_READ;
   hints->domain_attr->mr_mode |= FI_MR_HMEM;
   return hints;
 }
 
 // The provider's domains again, with `caps` added; empty when it cannot offer them everywhere.
-std::vector<InfoPtr> domainsWith(const std::string& provider, uint64_t caps, size_t expected,
-                                 bool hmem, bool withRead) {
+std::vector<InfoPtr> domainsWith(const InfoQuery& query, const std::string& provider, uint64_t caps,
+                                 size_t expected, bool hmem, bool withRead) {
   InfoPtr all;
   try {
-    all = query(hmem ? hmemHints(provider, withRead, (caps & kRmaWriteCaps) != 0)
-                     : providerHints(provider, caps));
+    InfoPtr hints = hmem ? hmemHints(provider, withRead, caps & (kRmaWriteCaps | kRmaReadCaps))
+                         : providerHints(provider, caps);
+    all = query(*hints.get());
   } catch (const std::exception&) {
     return {};  // the provider cannot do it
   }
@@ -88,6 +72,20 @@ std::vector<InfoPtr> domainsWith(const std::string& provider, uint64_t caps, siz
 }
 
 }  // namespace
+
+bool skippedByDefault(const std::string& provName) {
+  return provName == "sockets";
+}
+
+InfoPtr queryLibfabric(const fi_info& hints) {
+  InfoPtr result;
+  int ret = fi_getinfo(kApiVersion, nullptr, nullptr, 0, &hints, result.out());
+  if (ret == -FI_ENODATA) return InfoPtr();
+  if (ret != 0) {
+    throw std::runtime_error("fi_getinfo failed: " + errorText(ret));
+  }
+  return result;
+}
 
 InfoPtr makeHints() {
   InfoPtr hints(fi_allocinfo());
@@ -113,8 +111,9 @@ bool providerMatches(const std::string& name, const std::string& provName) {
          provName[name.size()] == ';';
 }
 
-ProviderChoice selectProvider(const std::string& requested, bool wantHmem, bool wantRma) {
-  InfoPtr all = queryAll();
+ProviderChoice selectProvider(const std::string& requested, bool wantHmem, bool wantRma,
+                              const InfoQuery& query) {
+  InfoPtr all = query(*makeHints().get());
   if (!all) {
     throw std::runtime_error(
         "no libfabric provider offers reliable-datagram endpoints with tagged messages" +
@@ -154,19 +153,32 @@ ProviderChoice selectProvider(const std::string& requested, bool wantHmem, bool 
       choice.providerVersion = info->fabric_attr->prov_version;
   }
   choice.domains = domainsOf(all, chosen);
+  uint64_t rmaCaps = 0;
   if (wantRma) {
-    std::vector<InfoPtr> domains =
-        domainsWith(chosen, kRmaWriteCaps, choice.domains.size(), false, false);
-    if (!domains.empty()) {
+    for (uint64_t caps : {kRmaWriteCaps | kRmaReadCaps, kRmaWriteCaps}) {
+      std::vector<InfoPtr> domains =
+          domainsWith(query, chosen, caps, choice.domains.size(), false, false);
+      if (domains.empty()) continue;
       choice.domains = std::move(domains);
       choice.rma = true;
+      rmaCaps = caps;
+      break;
     }
   }
 #if NNF_HAVE_FI_HMEM
   if (wantHmem) {
-    for (bool withRead : {true, false}) {
-      std::vector<InfoPtr> domains = domainsWith(chosen, choice.rma ? kRmaWriteCaps : 0,
-                                                 choice.domains.size(), true, withRead);
+    // With the flush read first, then without it, then (a provider that reads no GPU memory)
+    // without the RMA layer's gets: GPU memory matters more than gets.
+    const uint64_t writesOnly = rmaCaps != 0 ? kRmaWriteCaps : 0;
+    struct Attempt {
+      bool withRead;
+      uint64_t caps;
+    };
+    for (Attempt attempt : {Attempt{true, rmaCaps}, Attempt{false, rmaCaps},
+                            Attempt{false, writesOnly}}) {
+      bool withRead = attempt.withRead;
+      std::vector<InfoPtr> domains =
+          domainsWith(query, chosen, attempt.caps, choice.domains.size(), true, withRead);
       if (domains.empty()) continue;  // the provider cannot do it; host memory it is
       choice.domains = std::move(domains);
       choice.hmem = true;

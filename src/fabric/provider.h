@@ -1,6 +1,7 @@
 // Provider selection: which libfabric provider and which of its domains (NICs) the plugin uses.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,16 @@ struct ProviderChoice {
 // The fi_getinfo hints for the sendrecv protocol: RDM endpoints with tagged messages.
 InfoPtr makeHints();
 
+// Where provider selection gets libfabric's answers: the entries that match `hints`, an empty
+// InfoPtr when there are none (-FI_ENODATA); throws std::runtime_error on any other failure.
+// The live one is queryLibfabric; offline plans and tests answer from lists built by hand, so
+// that they run the plugin's own selection.
+using InfoQuery = std::function<InfoPtr(const fi_info& hints)>;
+InfoPtr queryLibfabric(const fi_info& hints);
+
+// The sockets provider works but takes milliseconds per message: never picked unless named.
+bool skippedByDefault(const std::string& provName);
+
 // Picks the provider: `requested` (NCCL_FABRIC_PROVIDER) when non-empty, else efa when
 // present, else the first usable one. FI_PROVIDER is honoured by libfabric itself. Throws
 // std::runtime_error with a clear message when nothing usable exists.
@@ -28,7 +39,7 @@ InfoPtr makeHints();
 // With `wantRma` it is asked for RMA writes with immediate data (the rdma protocol): `rma` says
 // whether every domain offers them.
 ProviderChoice selectProvider(const std::string& requested, bool wantHmem = false,
-                              bool wantRma = false);
+                              bool wantRma = false, const InfoQuery& query = queryLibfabric);
 
 // True when `name` (full "tcp;ofi_rxm" or its core "tcp") designates provider `provName`.
 bool providerMatches(const std::string& name, const std::string& provName);

@@ -11,6 +11,8 @@
 #include <random>
 #include <stdexcept>
 
+#include "fabric/legacy_mr_bits.h"
+
 namespace nnf::fabric {
 namespace {
 
@@ -51,7 +53,8 @@ void nameShmEndpoint(fid_ep* ep, const fi_info* info) {
 
 }  // namespace
 
-Rail::Rail(const fi_info* info, size_t cqSize, std::vector<EndpointSetting>* settings)
+Rail::Rail(const fi_info* info, size_t cqSize, std::vector<EndpointSetting>* settings,
+           bool withEventQueue)
     : info_(fi_dupinfo(info)) {
   if (!info_) throw std::runtime_error("fi_dupinfo failed");
   int ret = fi_fabric(info_->fabric_attr, fabric_.out(), nullptr);
@@ -77,6 +80,18 @@ Rail::Rail(const fi_info* info, size_t cqSize, std::vector<EndpointSetting>* set
   if (ret != 0) fail("fi_ep_bind(av)", ret, info_.get());
   ret = fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV);
   if (ret != 0) fail("fi_ep_bind(cq)", ret, info_.get());
+  if (withEventQueue) {
+    // A provider without event queues has nothing to report there either.
+    fi_eq_attr eqAttr{};
+    eqAttr.wait_obj = FI_WAIT_NONE;
+    ret = fi_eq_open(fabric_.get(), &eqAttr, eq_.out(), nullptr);
+    if (ret == 0) {
+      ret = fi_ep_bind(ep_.get(), &eq_->fid, 0);
+      if (ret != 0) fail("fi_ep_bind(eq)", ret, info_.get());
+    } else if (ret != -FI_ENOSYS && ret != -FI_EOPNOTSUPP) {
+      fail("fi_eq_open", ret, info_.get());
+    }
+  }
   nameShmEndpoint(ep_.get(), info_.get());
   if (settings != nullptr) {
     for (EndpointSetting& setting : *settings) {
@@ -121,8 +136,22 @@ ssize_t Rail::readError(fi_cq_err_entry* entry, const char** text) {
   return ret;
 }
 
+bool Rail::readEventError(std::string* text) {
+  if (!eq_) return false;
+  uint32_t event = 0;
+  char entry[256];
+  ssize_t ret = fi_eq_read(eq_.get(), &event, entry, sizeof(entry), 0);
+  if (ret != -FI_EAVAIL) return false;  // nothing, or an event the plugin does not ask for
+  fi_eq_err_entry error{};
+  if (fi_eq_readerr(eq_.get(), &error, 0) != sizeof(error)) return false;
+  const char* detail = fi_eq_strerror(eq_.get(), error.prov_errno, error.err_data, nullptr, 0);
+  *text = errorText(error.err) + (detail != nullptr ? std::string(" (") + detail + ")" : "");
+  return true;
+}
+
 bool Rail::needsLocalRegistration() const {
-  return (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || (info_->mode & FI_LOCAL_MR) != 0;
+  return (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 ||
+         (info_->mode & kLegacyLocalMrMode) != 0;
 }
 
 }  // namespace nnf::fabric

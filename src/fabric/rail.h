@@ -7,6 +7,7 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
@@ -30,8 +31,11 @@ class Rail {
  public:
   // `info` is copied; `cqSize` sizes the completion queue (0: provider default). `settings`
   // (may be null) are applied before the endpoint is enabled, where providers read them; each
-  // one's result is recorded, a refusal is not an error here.
-  Rail(const fi_info* info, size_t cqSize, std::vector<EndpointSetting>* settings = nullptr);
+  // one's result is recorded, a refusal is not an error here. `withEventQueue`: an event queue
+  // is bound to the endpoint (efa reports a failed handshake there, and aborts the process when
+  // the endpoint has none).
+  Rail(const fi_info* info, size_t cqSize, std::vector<EndpointSetting>* settings = nullptr,
+       bool withEventQueue = false);
   ~Rail();
   Rail(const Rail&) = delete;
   Rail& operator=(const Rail&) = delete;
@@ -62,9 +66,9 @@ class Rail {
   // A tagged receive into `buf`, then into `room` for whatever does not fit: the provider never
   // truncates it (the completion's length tells how much came).
   ssize_t trecvWithRoom(void* buf, size_t len, void* desc, void* room, size_t roomLen,
-                        uint64_t tag, void* context) {
+                        void* roomDesc, uint64_t tag, void* context) {
     iovec iov[2] = {{buf, len}, {room, roomLen}};
-    void* descs[2] = {desc, nullptr};
+    void* descs[2] = {desc, roomDesc};
     return fi_trecvv(ep_.get(), iov, descs, 2, FI_ADDR_UNSPEC, tag, 0, context);
   }
   // Untagged messages: the control channel (one receive queue, matched in arrival order).
@@ -116,8 +120,15 @@ class Rail {
   }
   // Reads one error entry; returns its text in *text (valid until the next call).
   ssize_t readError(fi_cq_err_entry* entry, const char** text);
+  // Takes one event-queue error, if any, into `text`: false when there is none (or no queue).
+  bool readEventError(std::string* text);
   int cancel(void* context) { return static_cast<int>(fi_cancel(&ep_->fid, context)); }
 
+  // Reads a size_t endpoint option: 0 and *out set, or the provider's negative answer.
+  int sizeOption(int level, int name, size_t* out) const {
+    size_t length = sizeof(*out);
+    return fi_getopt(&ep_->fid, level, name, out, &length);
+  }
   // Whether the provider needs a descriptor for local buffers (FI_MR_LOCAL).
   bool needsLocalRegistration() const;
 
@@ -127,6 +138,7 @@ class Rail {
   Fid<fid_domain> domain_;
   Fid<fid_av> av_;
   Fid<fid_cq> cq_;
+  Fid<fid_eq> eq_;  // null unless withEventQueue
   Fid<fid_ep> ep_;
   std::vector<uint8_t> address_;
   std::vector<char> errorBuffer_;

@@ -5,12 +5,13 @@
 
 #include <rdma/fi_errno.h>
 
+#include "fabric/legacy_mr_bits.h"
 #include "log/log.h"
 
 namespace nnf::memory {
 namespace {
 
-// Old-style mr_mode: FI_MR_BASIC stands for these bits (fi_mr(3)).
+// Old-style mr_mode: FI_MR_BASIC (fabric::kLegacyMrBasic) stands for these bits (fi_mr(3)).
 constexpr uint64_t kBasicBits = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
 
 void warnRefused(const Region& region, const char* what, int rc) {
@@ -45,7 +46,7 @@ FabricRegistrar::FabricRegistrar(fid_domain* domain, const fi_info* info,
   if (domain == nullptr || info == nullptr || info->domain_attr == nullptr)
     throw std::invalid_argument("FabricRegistrar needs an open domain and its fi_info");
   mrMode_ = static_cast<uint64_t>(info->domain_attr->mr_mode);
-  if (mrMode_ & FI_MR_BASIC) mrMode_ |= kBasicBits;
+  if (mrMode_ & fabric::kLegacyMrBasic) mrMode_ |= kBasicBits;
   hmem_ = (info->caps & FI_HMEM) != 0;
   keySize_ = info->domain_attr->mr_key_size;
 }

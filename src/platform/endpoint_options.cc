@@ -50,6 +50,11 @@ void logOptionResults(const char* deviceName, const std::vector<OptionResult>& r
     if (result.rc == 0) {
       NNF_INFO(abi::kLogSubsysInit, "%s: set %s=%s (%s)", deviceName, option.name,
                option.value ? "true" : "false", option.why);
+    } else if (option.onRefused == Refusal::kNoLL128) {
+      // The process-wide decision that follows (NCCL_PROTO) is the one WARN about it.
+      NNF_INFO(abi::kLogSubsysInit, "%s: the provider refused %s=%s: %s (%d); %s", deviceName,
+               option.name, option.value ? "true" : "false", fi_strerror(-result.rc), result.rc,
+               costOf(option.onRefused));
     } else {
       NNF_WARN("%s: the provider refused %s=%s: %s (%d); %s", deviceName, option.name,
                option.value ? "true" : "false", fi_strerror(-result.rc), result.rc,

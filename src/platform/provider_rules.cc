@@ -50,6 +50,9 @@ const ProviderRules kEfa{
     /*injectCopiesWithCpu=*/true,
     /*writesEmulatedOption=*/opt::kEfaEmulatedWrite,
     /*eagerMaxBytes=*/8192,
+    /*writesWaitForTarget=*/false,
+    /*bindEventQueue=*/true,
+    /*largestWriteBytes=*/size_t{1} << 30,  // efa_rdm: min(1 GiB, the device's max_rdma_size)
 };
 
 // Any other provider opened with FI_HMEM may call CUDA from inside its calls as well.
@@ -156,6 +159,10 @@ bool wildcardReceivesSafe(Family family, uint32_t fiVersion) {
 size_t truncationReportLimit(Family family) {
   constexpr size_t kShmInjectSize = 4096;
   return family == Family::kShm ? kShmInjectSize : 0;
+}
+
+bool truncatedLongReadsUnsafe(Family family, uint32_t fiVersion) {
+  return family == Family::kEfa && fiVersion < FI_VERSION(2, 3);
 }
 
 bool receivesNeedOverflowRoom(const std::string& provName) {

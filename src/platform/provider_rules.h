@@ -23,6 +23,7 @@ namespace opt {
 constexpr int kLevelEndpoint = 0;  // FI_OPT_ENDPOINT
 constexpr int kCudaApiPermitted = 10;
 constexpr int kSharedMemoryPermitted = 11;
+constexpr int kMaxRmaSize = 14;  // size_t, read-only (libfabric 1.20+)
 constexpr int kEfaBase = -(0xefa << 16);  // -FI_PROV_SPECIFIC_EFA
 constexpr int kEfaRnrRetry = kEfaBase;
 constexpr int kEfaEmulatedWrite = kEfaBase + 2;  // read only: writes done in software
@@ -82,6 +83,13 @@ struct ProviderRules {
   // The provider completes a write larger than its inject size only once the target process
   // progresses (shm): eager messages then fit the inject size, header included.
   bool writesWaitForTarget = false;
+  // The endpoint needs an event queue bound: efa reports a failed handshake with a peer there
+  // and aborts the process when the endpoint has none (libfabric 2.1 efa_base_ep).
+  bool bindEventQueue = false;
+  // The largest RMA write the provider does as one (0: no limit of its own). EFA cuts a larger
+  // one into pieces that each carry the same immediate data, so the target would count one
+  // segment twice.
+  size_t largestWriteBytes = 0;
 };
 
 const ProviderRules& rulesFor(Family family);
@@ -123,5 +131,12 @@ size_t truncationReportLimit(Family family);
 // plugin then reports the overflow on that receive alone. `provName` is the full provider name
 // ("tcp;ofi_rxm"); isolation_test shows each case.
 bool receivesNeedOverflowRoom(const std::string& provName);
+
+// Whether a receive shorter than a message the provider moves by the receiver's RDMA read breaks
+// the provider: efa before libfabric 2.3 frees the truncated long-read packet twice
+// (ofiwg/libfabric#11808; the software EFA device shows it). There the drains of closed comms
+// receive into a registered scratch of kLongReadDrainBytes, larger than NCCL's net messages.
+bool truncatedLongReadsUnsafe(Family family, uint32_t fiVersion);
+constexpr size_t kLongReadDrainBytes = size_t{4} << 20;
 
 }  // namespace nnf::platform

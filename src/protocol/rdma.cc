@@ -13,6 +13,7 @@
 #include "core/send_comm.h"
 #include "core/tags.h"
 #include "log/log.h"
+#include "platform/provider_rules.h"
 #include "protocol/rdma_matching.h"
 #include "protocol/rdma_state.h"
 #include "protocol/rdma_wire.h"
@@ -58,13 +59,6 @@ bool descriptorWritesInFlight(RecvState& state) {
   return writing;
 }
 
-// The descriptors of `request` (its slot released) could not be written: no data will come for
-// it, so it fails as one of its buffers would (one WARN a comm).
-void failUndescribed(core::DataComm& comm, core::Request& request, int error) {
-  request.remaining = 1;
-  comm.onError(request.ops[0], error, 0, "writing the receive descriptors to the sender");
-}
-
 // A receive comm's own operation completed or failed: true when it was one (a descriptor write or
 // the close notice).
 bool onDescriptorWrite(core::DataComm& comm, RecvState& state, core::Operation& op, int error) {
@@ -78,7 +72,7 @@ bool onDescriptorWrite(core::DataComm& comm, RecvState& state, core::Operation& 
   if (error == 0) return true;
   core::Request* request = state.request(slot);
   state.release(slot);
-  if (request != nullptr && error != FI_ECANCELED) failUndescribed(comm, *request, error);
+  if (request != nullptr && error != FI_ECANCELED) rdma::failUndescribed(comm, *request, error);
   return true;
 }
 
@@ -96,137 +90,6 @@ bool ringExposed(const core::DataComm& comm, SendState& state) {
            "descriptor ring is set aside rather than reused",
            comm.id());
   return false;
-}
-
-// The part of a message one rail carries: `length` bytes from `offset`, in `segments` writes.
-struct Share {  // no initialisers: planShares fills those it uses (every send pays for them)
-  uint64_t offset;
-  uint64_t length;
-  uint32_t segments;
-};
-
-uint32_t segmentsOf(uint64_t length) {
-  return length == 0 ? 1
-                     : static_cast<uint32_t>((length + rdma::kMaxSegmentBytes - 1) /
-                                             rdma::kMaxSegmentBytes);
-}
-
-// How a message of `total` bytes goes: whole on one rail below the stripe size (or with one
-// rail), else in page-aligned shares over every rail. Returns the number of shares.
-uint32_t planShares(uint64_t total, size_t rails, size_t stripeMin, Share* shares) {
-  size_t ways = total >= stripeMin && total > 0 ? rails : 1;
-  if (ways == 1) {  // most messages: no division on the way
-    shares[0] = Share{0, total, segmentsOf(total)};
-    return 1;
-  }
-  uint64_t share = (total + ways - 1) / ways;
-  share = (share + rdma::kStripeAlign - 1) / rdma::kStripeAlign * rdma::kStripeAlign;
-  uint32_t count = 0;
-  for (uint64_t offset = 0; count == 0 || offset < total; offset += share) {
-    Share& part = shares[count++];
-    part.offset = offset;
-    part.length = std::min(share, total - offset);
-    part.segments = segmentsOf(part.length);
-  }
-  return count;
-}
-
-// Posts the writes of the send in `request` into the buffer `arrived` describes, one share per
-// rail, or tells the receiver that the message does not fit. `handle`: the send's registration
-// (null for buffers without one). Failures land in the request.
-void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arrived,
-                const BufferDescriptor& buffer, core::MemoryHandle* handle) {
-  core::Operation& first = request.ops[0];
-  core::Device& device = comm.device();
-  uint64_t total = first.ignore;
-  bool withLength = device.immediateCarriesLength();
-  if (total > buffer.size) {
-    NNF_WARN(
-        "send of %llu bytes on comm %u does not fit the receiver's %llu-byte buffer (tag %d): "
-        "nothing is sent, both sides fail",
-        static_cast<unsigned long long>(total), comm.id(),
-        static_cast<unsigned long long>(buffer.size), buffer.tag);
-    request.state = core::Request::State::kFailed;
-    request.error = abi::kInternalError;
-    request.remaining = 1;
-    first.rail = 0;
-    first.headerLength = 0;
-    first.peer = comm.peer();
-    first.remoteAddress = buffer.address;
-    first.remoteKey = buffer.keys[0];
-    first.length = 0;
-    first.ignore = 0;
-    first.transferred = 0;
-    first.tag = rdma::encodeData(comm.remoteId(), arrived.slot, arrived.index, 0,
-                                 static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)));
-    abi::Result result = device.post(first);
-    if (result != abi::kSuccess) {
-      request.remaining = 0;
-      request.error = result;
-    }
-    return;
-  }
-  SendState& state = sendState(comm);
-  Share shares[rdma::kMaxRails];
-  uint32_t count = planShares(total, comm.rails(), device.stripeMinBytes(), shares);
-  uint32_t segments = 0;
-  for (uint32_t i = 0; i < count; ++i) segments += shares[i].segments;
-  // A message on one rail takes the rails in turn; an empty one goes where every key is valid.
-  size_t firstRail = 0;
-  if (count == 1 && total > 0 && comm.rails() > 1) {
-    firstRail = state.nextRail;
-    state.nextRail = (state.nextRail + 1) % comm.rails();
-  }
-  char* base = static_cast<char*>(first.buffer);
-  request.count = static_cast<uint8_t>(count);
-  request.remaining = 0;
-  // Inject copies the bytes with the CPU (EFA emulates it so): host memory only.
-  bool hostBuffer = handle == nullptr || handle->type == memory::MemType::kHost;
-  bool inject = count == 1 && total > 0 && total <= device.injectLimit() && hostBuffer;
-  for (uint32_t i = 0; i < count; ++i) {
-    core::Operation& op = request.ops[i];
-    size_t rail = firstRail + i;
-    uint64_t segment = std::min(shares[i].length, rdma::kMaxSegmentBytes);
-    op.owner = &comm;
-    op.type = core::OpType::kWrite;
-    op.headerLength = 0;
-    op.rail = static_cast<uint8_t>(rail);
-    op.peer = comm.peer(rail);
-    op.buffer = base + shares[i].offset;
-    op.desc = handle != nullptr ? handle->descOn(rail) : nullptr;
-    op.length = segment;
-    op.ignore = shares[i].length - segment;  // bytes of this share after this segment
-    op.transferred = 0;
-    op.remoteAddress = buffer.address + shares[i].offset;
-    op.remoteKey = buffer.keys[rail];
-    op.tag = rdma::encodeData(comm.remoteId(), arrived.slot, arrived.index, segments,
-                              withLength ? static_cast<uint32_t>(segment) : 0);
-    if (inject) {
-      // A small message goes inline: no completion to wait for, the send is done already.
-      abi::Result injected = device.inject(op);
-      if (injected == abi::kSuccess) {
-        ++state.written.written[rail];
-        op.transferred = total;
-        if (request.state == core::Request::State::kActive) {
-          request.state = core::Request::State::kDone;
-        }
-        return;
-      }
-      if (injected != abi::kInProgress) {
-        request.state = core::Request::State::kFailed;
-        request.error = injected;
-        return;
-      }
-    }
-    abi::Result result = device.post(op);
-    if (result != abi::kSuccess) {
-      // The shares posted finish on their own; the request reports the failure.
-      request.state = core::Request::State::kFailed;
-      request.error = result;
-      return;
-    }
-    ++request.remaining;
-  }
 }
 
 // A send that waited holds its memory handle in remoteAddress (see Rdma::postSend); false, and
@@ -251,7 +114,8 @@ bool takeWaitingHandle(core::SendComm& comm, core::Request& request, core::Memor
   return false;
 }
 
-// Entries came free: small sends waiting for their descriptors go eagerly instead, oldest first.
+// Entries came free, or the receiver said its small receives go undescribed, or went quiet: small
+// sends waiting for their descriptors go eagerly instead, oldest first.
 void sendWaitingEagerly(core::SendComm& comm, SendState& state) {
   if (state.matcher.sendsWaiting() == 0 || !rdma::eagerOpen(state)) return;
   while (state.credits.inUse() < rdma::kEagerEntries) {
@@ -278,6 +142,17 @@ void sendWaitingEagerly(core::SendComm& comm, SendState& state) {
   }
 }
 
+}  // namespace
+
+namespace rdma {
+
+// The descriptors of `request` (its slot released) could not be written: no data will come for
+// it, so it fails as one of its buffers would (one WARN a comm).
+void failUndescribed(core::DataComm& comm, core::Request& request, int error) {
+  request.remaining = 1;
+  comm.onError(request.ops[0], error, 0, "writing the receive descriptors to the sender");
+}
+
 // Writes the descriptors of `count` buffers staged for `slot` into the sender's ring.
 abi::Result writeDescriptors(core::RecvComm& comm, RecvState& state, uint32_t slot,
                              uint32_t count) {
@@ -295,14 +170,19 @@ abi::Result writeDescriptors(core::RecvComm& comm, RecvState& state, uint32_t sl
   return rdma::writeOwn(comm.device(), write);
 }
 
-}  // namespace
+}  // namespace rdma
 
 abi::Result Rdma::startSend(core::SendComm& comm, ConnectInfo* info) {
   auto state = std::make_unique<SendState>(comm.device().rdmaArena());
   if (!state->ring.acquire()) return abi::kSystemError;  // logged by the arena
   info->ringAddress = state->ring->remoteAddress;
   info->ringKey = state->ring->key;
+  core::Device& device = comm.device();
+  state->headerAhead =
+      platform::rulesFor(platform::familyOf(device.provider())).writesWaitForTarget &&
+      device.deliversInOrder();
   state->closedAck.owner = &comm;
+  state->limitWrite.owner = &comm;
   comm.setProtocolState(std::move(state));
   return abi::kSuccess;
 }
@@ -319,7 +199,7 @@ abi::Result Rdma::startRecv(core::RecvComm& comm, const ConnectInfo& info) {
 
 abi::Result Rdma::postSend(core::SendComm& comm, core::Request& request, void* data, size_t size,
                            int tag, core::MemoryHandle* handle) {
-  uint32_t next;
+  uint32_t next = 0;  // nextSequence sets it whenever it succeeds; GCC cannot tell
   if (!comm.nextSequence(tag, &next)) return abi::kInternalError;
   auto seq = static_cast<uint16_t>(next);
   core::Operation& op = request.ops[0];
@@ -338,7 +218,7 @@ abi::Result Rdma::postSend(core::SendComm& comm, core::Request& request, void* d
   if (state.matcher.takeDescriptor(tag, seq, &arrived)) {
     const auto* entries = reinterpret_cast<const BufferDescriptor*>(
         state.ring->data + rdma::entryOffset(arrived.slot));
-    startWrite(comm, request, arrived, entries[arrived.index], handle);
+    rdma::startWrite(comm, request, arrived, entries[arrived.index], handle);
     comm.holdRegistration(request, handle);
     return request.state == core::Request::State::kFailed && request.error != abi::kInternalError
                ? request.error
@@ -368,6 +248,18 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     slot = state.freeSlot(comm);
     if (slot == rdma::kSlots) return abi::kInProgress;
   }
+  if (!state.eagerTried && state.firstLanded) {
+    // The bounce area (64 entries, about 0.5 MiB at 8 KiB) goes only to comms that receive a
+    // second message and post a receive an eager message could fill: NCCL's step buffers are
+    // larger, and a comm that carried one message (10,000 of them in scale_test) takes none.
+    size_t eagerMax = comm.device().eagerMaxBytes();
+    if (eagerMax == 0) state.eagerTried = true;  // nothing to grant: never look again
+    for (int i = 0; i < count && eagerMax > 0; ++i) {
+      if (sizes[i] > eagerMax) continue;
+      rdma::grantEager(comm, state);
+      break;
+    }
+  }
   auto* entries =
       reinterpret_cast<BufferDescriptor*>(state.staging->data + rdma::entryOffset(slot));
   bool small =
@@ -378,7 +270,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   uint32_t eager[rdma::kGroup];
   int settled = 0;
   for (int i = 0; i < count; ++i) {
-    uint32_t next;
+    uint32_t next = 0;  // as in postSend
     if (!comm.nextSequence(tags[i], &next)) return abi::kInternalError;
     core::MemoryHandle* handle = handles != nullptr ? handles[i] : nullptr;
     BufferDescriptor& entry = entries[i];
@@ -445,7 +337,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
   // The first small receive tells the sender that the next ones go undescribed; any other ends
   // that run.
   if (small) entries[0].flags |= rdma::kEagerAhead;
-  abi::Result result = writeDescriptors(comm, state, slot, static_cast<uint32_t>(count));
+  abi::Result result = rdma::writeDescriptors(comm, state, slot, static_cast<uint32_t>(count));
   if (result != abi::kSuccess) {
     state.release(slot);
     request.remaining = 0;
@@ -476,9 +368,11 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
     const auto* entries =
         reinterpret_cast<const BufferDescriptor*>(state.ring->data + rdma::entryOffset(imm.slot));
     // Stamped every 8th group: at most a few microseconds stale in a stream, against a quiet
-    // time of 1 ms, for an eighth of the clock reads (every descriptor group pays this test).
-    if (state.eagerMaxBytes > 0 && (state.descriptorGroups++ & 7) == 0) {
+    // time of 1 ms, for an eighth of the clock reads (every descriptor group pays this test);
+    // and the first group after a quiet time, which ends it.
+    if (state.eagerMaxBytes > 0 && ((state.descriptorGroups++ & 7) == 0 || state.quietOpen)) {
       state.lastDescriptorNs = core::nowNs();
+      state.quietOpen = false;
     }
     state.matcher.expectGroup(imm.count);
     bool wasAhead = state.eagerAhead;
@@ -496,7 +390,7 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
       if (request != nullptr && request->state == core::Request::State::kActive &&
           request->ops[0].tag == waitKey(buffer.tag, buffer.seq)) {
         if (takeWaitingHandle(sender, *request, &handle)) {
-          startWrite(sender, *request, arrived, buffer, handle);
+          rdma::startWrite(sender, *request, arrived, buffer, handle);
           sender.holdRegistration(*request, handle);
         }
       } else if (link == nullptr && rdma::behind(buffer.seq, sender.sequences().peek(buffer.tag))) {
@@ -517,6 +411,16 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
   if (rail < rdma::kMaxRails) ++state.landed[rail];
   // The sender's last write has landed: a close waiting for it may end.
   if (state.awaitingAck && state.senderDone && state.allLanded()) state.awaitingAck = false;
+  if (imm.kind == rdma::ImmKind::kEagerHeader) return;  // its message follows (counted above)
+  if (imm.kind == rdma::ImmKind::kEagerLimit) {
+    rdma::onEagerLimit(receiver, state, imm.count);
+    return;
+  }
+  if (imm.kind == rdma::ImmKind::kEagerImplied) {
+    rdma::EagerHeader header{0, static_cast<uint16_t>(imm.count), 0, imm.length, 0};
+    rdma::onEagerLanded(receiver, state, imm.slot, &header);
+    return;
+  }
   if (imm.kind == rdma::ImmKind::kEager) {
     rdma::onEagerLanded(receiver, state, imm.slot);
     return;
@@ -538,8 +442,8 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
     case rdma::SegmentOutcome::kComplete:
       receiver.onComplete(request->ops[imm.index], total);
       // The first message went by descriptor (its sender learned the buffer's size before
-      // writing); later small ones may go eagerly.
-      if (!state.eagerTried && !receiver.closed()) rdma::grantEager(receiver, state);
+      // writing); later small ones may go eagerly (postRecv grants the entries).
+      state.firstLanded = true;
       break;
     case rdma::SegmentOutcome::kTruncated: {
       core::Operation& op = request->ops[imm.index];
@@ -564,7 +468,11 @@ bool Rdma::onOwnCompletion(core::DataComm& comm, core::Operation& op, int error)
   if (comm.kind() == core::Comm::Kind::kSend) {
     SendState& state = sendState(comm);
     if (&op == &state.closedAck) return true;
-    if (!rdma::onVoidDone(static_cast<core::SendComm&>(comm), state, op, error)) return false;
+    auto& sender = static_cast<core::SendComm&>(comm);
+    if (!rdma::onLimitWriteDone(sender, state, op, error) &&
+        !rdma::onVoidDone(sender, state, op, error)) {
+      return false;
+    }
     onWriteDone(comm);  // a close answer may wait for this write
     return true;
   }
@@ -576,35 +484,21 @@ bool Rdma::onOwnCompletion(core::DataComm& comm, core::Operation& op, int error)
   return ours;
 }
 
-bool Rdma::continueWrite(core::DataComm& comm, core::Operation& op) {
-  // Every write of a request that completes carried immediate data: the receiver counts it.
-  if (comm.kind() == core::Comm::Kind::kSend && comm.protocolState() != nullptr &&
-      op.rail < rdma::kMaxRails) {
-    ++sendState(comm).written.written[op.rail];
-  }
-  if (op.ignore == 0 || op.request->state != core::Request::State::kActive) return false;
-  op.transferred += op.length;
-  op.buffer = static_cast<char*>(op.buffer) + op.length;
-  op.remoteAddress += op.length;
-  op.length = std::min(op.ignore, rdma::kMaxSegmentBytes);
-  op.ignore -= op.length;
-  if (comm.device().immediateCarriesLength()) {
-    op.tag = (op.tag & 0xffffffffu) | (uint64_t{op.length} << rdma::kLengthShift);
-  }
-  abi::Result result = comm.device().post(op);
-  if (result == abi::kSuccess) return true;
-  op.request->state = core::Request::State::kFailed;  // logged by the device
-  op.request->error = result;
-  return false;
-}
-
 bool Rdma::onRequestRead(core::DataComm& comm, core::Operation& op, int error) {
   if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return false;
   return rdma::onEagerRead(static_cast<core::RecvComm&>(comm), recvState(comm), op, error);
 }
 
 void Rdma::onWaiting(core::DataComm& comm, core::Request& request, uint64_t waitedNs) {
-  if (comm.kind() != core::Comm::Kind::kRecv || comm.protocolState() == nullptr) return;
+  if (comm.protocolState() == nullptr) return;
+  if (comm.kind() == core::Comm::Kind::kSend) {
+    // Small sends waiting for descriptors of a receiver gone quiet (kEagerQuietNs) go eagerly:
+    // no descriptor and no credit write may come to say so.
+    if (waitedNs >= rdma::kEagerQuietNs) {
+      sendWaitingEagerly(static_cast<core::SendComm&>(comm), sendState(comm));
+    }
+    return;
+  }
   RecvState& state = recvState(comm);
   uint32_t slot = request.slot;
   if (slot >= rdma::kSlots || (state.undescribed & (1u << slot)) == 0 ||
@@ -612,21 +506,9 @@ void Rdma::onWaiting(core::DataComm& comm, core::Request& request, uint64_t wait
     return;
   }
   // Nothing came eagerly: the message may be larger than the buffer, or its sender may have had
-  // no entry free. Described now, it finds its send (and a truncation is refused there).
-  state.undescribed &= ~(1u << slot);
-  state.eagerAheadSaid = false;
-  if (++state.lateInARow >= rdma::kLateDescribesToGiveUp && !state.describeAll) {
-    state.describeAll = true;
-    NNF_INFO(abi::kLogSubsysNet,
-             "comm %u: %u small receives in a row had to be described late (the sender sends "
-             "none eagerly); every receive is described from now on",
-             comm.id(), state.lateInARow);
-  }
-  auto& receiver = static_cast<core::RecvComm&>(comm);
-  abi::Result result = writeDescriptors(receiver, state, slot, state.progress(slot).groupSize());
-  if (result == abi::kSuccess) return;
-  state.release(slot);
-  failUndescribed(comm, request, FI_EIO);
+  // no entry free, or was away. Described now, it finds its send (and a truncation is refused
+  // there); the run goes on.
+  rdma::describeLate(static_cast<core::RecvComm&>(comm), state, slot);
 }
 
 void Rdma::forget(core::DataComm& comm, core::Request& request) {
@@ -655,7 +537,8 @@ int Rdma::ownInFlight(const core::DataComm& comm) const {
     // Queued counts too: a comm freed with an operation in the device's retry queue would
     // leave the queue pointing into freed memory.
     if (state.closedAck.inFlight || state.closedAck.queued) return 1;
-    return rdma::voidsPending(state) + (ringExposed(comm, state) ? 1 : 0);
+    int limit = state.limitWrite.inFlight || state.limitWrite.queued ? 1 : 0;
+    return limit + rdma::voidsPending(state) + (ringExposed(comm, state) ? 1 : 0);
   }
   auto& state = *static_cast<RecvState*>(comm.protocolState());
   int count = rdma::bounceExposed(comm, state) ? 1 : 0;
@@ -738,7 +621,8 @@ void Rdma::onWriteDone(core::DataComm& comm) {
   if (comm.kind() != core::Comm::Kind::kSend || comm.protocolState() == nullptr) return;
   SendState& state = sendState(comm);
   if (!state.ackOwed || comm.callerOpsInFlight() > 0 || state.closedAck.inFlight ||
-      state.closedAck.queued || rdma::voidsPending(state) > 0) {
+      state.closedAck.queued || state.limitWrite.inFlight || state.limitWrite.queued ||
+      rdma::voidsPending(state) > 0) {
     return;
   }
   state.ackOwed = false;

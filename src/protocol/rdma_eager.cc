@@ -112,6 +112,7 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
     state.voids.reset(new (std::nothrow) VoidWrites);
     if (!state.voids) {
       state.eagerMaxBytes = 0;
+      announceEagerLimit(comm, state);  // the receiver stops waiting for eager messages
       return false;
     }
   }
@@ -146,6 +147,8 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
     abi::Result injected = device.inject(gathered);
     if (injected == abi::kSuccess) {
       ++state.written.written[0];
+      state.headerSaid = true;
+      state.lastHeaderTag = tag;
       op.transferred = size;
       request.state = core::Request::State::kDone;
       return true;
@@ -156,6 +159,61 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
       return true;
     }
   }
+  if (hostBuffer && state.headerAhead && size <= device.injectLimit() && state.headerSaid &&
+      state.lastHeaderTag == tag && device.immediateCarriesLength()) {
+    // The receiver knows the tag from the last header (in order, every write lands after the
+    // ones before it), and the immediate carries the rest: one inline write.
+    core::Operation message = op;
+    message.headerLength = 0;
+    message.remoteAddress += sizeof(EagerHeader);
+    message.tag = encodeEagerImplied(comm.remoteId(), entry, seq, static_cast<uint16_t>(size));
+    abi::Result injected = device.inject(message);
+    if (injected == abi::kSuccess) {
+      ++state.written.written[0];
+      op.transferred = size;
+      request.state = core::Request::State::kDone;
+      return true;
+    }
+    if (injected != abi::kInProgress) {
+      request.state = core::Request::State::kFailed;
+      request.error = injected;
+      return true;
+    }
+  }
+  if (hostBuffer && state.headerAhead && size <= device.injectLimit()) {
+    // A 4 KiB message on shm: a posted write of it would complete only once the receiver runs.
+    // The header goes inline first, with an immediate of its own, then the message inline; the
+    // provider delivers them in order, so the header is there when the message is read.
+    core::Operation head = op;
+    head.headerLength = 0;
+    head.buffer = header;
+    head.length = sizeof(EagerHeader);
+    head.tag = encodeEagerHeader(comm.remoteId(), entry);
+    abi::Result injected = device.inject(head);
+    if (injected == abi::kSuccess) {
+      ++state.written.written[0];
+      state.headerSaid = true;
+      state.lastHeaderTag = tag;
+      core::Operation message = op;
+      message.headerLength = 0;
+      message.remoteAddress += sizeof(EagerHeader);
+      injected = device.inject(message);
+      if (injected == abi::kSuccess) {
+        ++state.written.written[0];
+        op.transferred = size;
+        request.state = core::Request::State::kDone;
+        return true;
+      }
+      // Refused after its header: the posted write below carries the same header again.
+    }
+    if (injected != abi::kInProgress) {
+      request.state = core::Request::State::kFailed;
+      request.error = injected;
+      return true;
+    }
+  }
+  // A posted write may still fail: the receiver may never read its header.
+  state.headerSaid = false;
   abi::Result result = device.post(op);
   if (result != abi::kSuccess) {
     request.state = core::Request::State::kFailed;
@@ -168,13 +226,42 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
 }
 
 void onCredits(core::SendComm& comm, SendState& state, uint32_t freedMod256) {
-  if (!state.credits.granted()) {
+  bool first = !state.credits.granted();
+  if (first) {
     // Every credit write carries the grant: whichever lands first describes the area.
     memcpy(&state.grant, state.ring->data + kGrantOffset, sizeof(state.grant));
     state.eagerMaxBytes = std::min<size_t>(comm.device().eagerMaxBytes(), state.grant.payload);
     if (state.grant.entries != kEagerEntries) state.eagerMaxBytes = 0;  // not ours to guess
   }
   state.credits.onCredits(freedMod256);
+  if (first) announceEagerLimit(comm, state);
+}
+
+void announceEagerLimit(core::SendComm& comm, SendState& state) {
+  core::Operation& write = state.limitWrite;
+  // One answer in flight at a time: a second (the limit dropped to 0) is rare enough to skip.
+  if (write.inFlight || write.queued || state.receiverDone || !state.credits.granted()) return;
+  write.owner = &comm;
+  write.request = nullptr;
+  write.type = core::OpType::kWrite;
+  write.rail = 0;
+  write.peer = comm.peer();
+  write.buffer = nullptr;
+  write.length = 0;
+  write.desc = nullptr;
+  write.headerLength = 0;
+  write.remoteAddress = state.grant.address;  // nothing is written: any valid target does
+  write.remoteKey = state.grant.key;
+  write.tag = encodeEagerLimit(comm.remoteId(), state.eagerMaxBytes);
+  // A failure is the device's to log: the receiver then describes late what never comes.
+  if (writeOwn(comm.device(), write) != abi::kSuccess) return;
+  if (!write.inFlight && !write.queued) ++state.written.written[0];  // inline: done already
+}
+
+bool onLimitWriteDone(core::SendComm& comm, SendState& state, core::Operation& op, int error) {
+  if (&op != &state.limitWrite) return false;
+  if (error == 0) ++state.written.written[0];  // the receiver counts what lands
+  return true;
 }
 
 void sendVoid(core::SendComm& comm, SendState& state, uint32_t slot, uint32_t index,
@@ -188,6 +275,9 @@ void sendVoid(core::SendComm& comm, SendState& state, uint32_t slot, uint32_t in
   voids.address[slot] = buffer.address;
   voids.key[slot] = buffer.keys[0];
   postVoids(comm, voids);
+  // The receiver reuses the slot only after the void: a sender whose last send has ended may
+  // not be called again before that receiver's next irecv needs the slot.
+  comm.device().keepProgressing();
 }
 
 bool onVoidDone(core::SendComm& comm, SendState& state, core::Operation& op, int error) {
@@ -204,6 +294,38 @@ int voidsPending(const SendState& state) {
   int count = state.voids->owedSlots != 0 && !state.receiverDone ? 1 : 0;
   for (const core::Operation& op : state.voids->ops) count += op.inFlight || op.queued ? 1 : 0;
   return count;
+}
+
+// Describes the undescribed receive of `slot` now, with kEagerAhead: the receiver's run of
+// undescribed small receives goes on, so the sender keeps sending small messages eagerly.
+void describeLate(core::RecvComm& comm, RecvState& state, uint32_t slot) {
+  state.undescribed &= ~(1u << slot);
+  auto* entries = reinterpret_cast<BufferDescriptor*>(state.staging->data + entryOffset(slot));
+  entries[0].flags |= kEagerAhead;
+  if (writeDescriptors(comm, state, slot, state.progress(slot).groupSize()) == abi::kSuccess) {
+    return;
+  }
+  core::Request* request = state.request(slot);
+  state.release(slot);
+  if (request != nullptr) failUndescribed(comm, *request, FI_EIO);
+}
+
+// The sender's answer to the grant: it sends messages up to `maxBytes` eagerly. Undescribed
+// receives for larger ones are described now rather than after kLateDescribeNs.
+void onEagerLimit(core::RecvComm& comm, RecvState& state, size_t maxBytes) {
+  if (maxBytes >= state.senderEagerMax) return;
+  state.senderEagerMax = maxBytes;
+  if (maxBytes < state.bouncePayload) {
+    NNF_INFO(abi::kLogSubsysNet,
+             "comm %u: its sender sends messages up to %zu bytes eagerly; larger receives are "
+             "described",
+             comm.id(), maxBytes);
+  }
+  for (uint32_t waiting = state.undescribed; waiting != 0; waiting &= waiting - 1) {
+    auto slot = static_cast<uint32_t>(__builtin_ctz(waiting));
+    core::Request* request = state.requestAt(slot);
+    if (request != nullptr && request->ops[0].length > maxBytes) describeLate(comm, state, slot);
+  }
 }
 
 void grantEager(core::RecvComm& comm, RecvState& state) {
@@ -255,10 +377,21 @@ void deliverEager(core::RecvComm& comm, RecvState& state, core::Request& request
   comm.onComplete(op, length);
 }
 
-void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry) {
+void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry,
+                   const EagerHeader* implied) {
   if (!state.bounce.held() || entry >= kEagerEntries) return;
   EagerHeader header;
-  memcpy(&header, state.entry(entry), sizeof(header));
+  if (implied == nullptr) {
+    memcpy(&header, state.entry(entry), sizeof(header));
+    state.headerSeen = true;
+    state.lastHeaderTag = header.tag;
+  } else if (state.headerSeen) {
+    header = *implied;
+    header.tag = state.lastHeaderTag;
+  } else {
+    NNF_WARN("comm %u: an eager message without a header before any header; dropped", comm.id());
+    return;
+  }
   if (header.length > state.bouncePayload ||
       !state.inbox.land(entry, header.tag, header.seq, header.length)) {
     NNF_WARN(
@@ -272,10 +405,7 @@ void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry) {
     return;
   }
   // Not received yet: it waits for its irecv.
-  if (!behind(header.seq, comm.sequences().peek(header.tag))) {
-    state.lateInARow = 0;  // the eager path serves this sender
-    return;
-  }
+  if (!behind(header.seq, comm.sequences().peek(header.tag))) return;  // waits for its irecv
   uint32_t slot, index;
   if (!findDescribed(state, header.tag, header.seq, &slot, &index)) {
     freeEntry(comm, state, entry);  // its receive failed or was given up
@@ -283,9 +413,6 @@ void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry) {
   }
   core::Request& request = *state.request(slot);
   bool described = (state.undescribed & (1u << slot)) == 0;
-  // Filling an undescribed receive is what the eager path is for; one crossing a described
-  // buffer (a late description, say) does not count.
-  if (!described) state.lateInARow = 0;
   rdma::SegmentOutcome outcome = state.progress(slot).onEager(index, header.length, described);
   if (outcome == SegmentOutcome::kInvalid) {
     freeEntry(comm, state, entry);

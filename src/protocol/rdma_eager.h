@@ -1,9 +1,11 @@
 // The eager path of the rdma protocol: a small message whose send finds no descriptor yet is
 // written at once into a bounce entry the receiver granted, instead of waiting for its receive.
 //
-// The receive comm takes a bounce area once its first message has landed (so that the first
-// message of a comm always goes by descriptor: its sender learns the buffer's size before it
-// writes, and idle comms hold no bounce area) and grants its entries to the sender (a credit write:
+// The receive comm takes a bounce area at the first receive that an entry could fill posted after
+// its first message has landed (so that the first message of a comm always goes by descriptor:
+// its sender learns the buffer's size before it writes; and comms that are idle, carried one
+// message or receive only into large buffers hold no bounce area) and grants its entries to the
+// sender (a credit write:
 // the Grant below into the sender's ring, immediate data kCredits). The sender writes the n-th
 // eager message into entry n mod kEagerEntries: its header (tag, sequence number, length), then the
 // message, as one write of two local iovs, so that the message goes straight from NCCL's buffer
@@ -22,8 +24,12 @@
 // message, not two, in a ping-pong). The sender, told so, sends small messages eagerly at once
 // when no descriptor is there. A receive larger than an entry, of GPU memory or of several
 // buffers is described as before and ends the run. An undescribed receive that nothing filled
-// within kLateDescribeNs (the sender's message is larger, or it had no entry free) is described
-// then, without kEagerAhead: a truncation is still found at the sender, and nothing waits forever.
+// within kLateDescribeNs (the sender's message is larger, or it had no entry free, or it was
+// descheduled) is described then, still with kEagerAhead: a truncation is still found at the
+// sender, nothing waits forever, and the run goes on. The sender answers the grant with the
+// largest message it sends eagerly (kEagerLimit, 0 with NCCL_FABRIC_EAGER_MAX=0 on its side):
+// larger receives are described, so that none waits kLateDescribeNs for a message that would
+// never come eagerly.
 #pragma once
 
 #include <cstddef>
@@ -33,24 +39,30 @@
 
 namespace nnf::protocol::rdma {
 
-constexpr uint32_t kEagerEntries = 16;  // bounce entries of a receive comm (one credit each)
+// Bounce entries of a receive comm (one credit each): a sender may complete this many small sends
+// beyond what the receiver has taken, without the receiver running. Under CPU contention each
+// time the sender must wait for the receiver costs a scheduler slice (milliseconds), so a whole
+// window of NCCL's 32 requests, and the credit writes still on their way, fit (16 entries held
+// 4 KiB streams on two busy cores to 1/10 of raw tagged messages, docs/performance.md).
+constexpr uint32_t kEagerEntries = 64;
 // A send goes eagerly only when no descriptor has come for this long: the receiver has gone
 // quiet (busy elsewhere). In a stream an eager message would cross its receive's descriptor
 // (three writes instead of two), and tcp delivers descriptors in bursts with gaps past 50 us:
 // with a 50 us quiet time two thirds of a 512-byte stream went eagerly, every one crossed, at
 // 0.71 of raw against 0.97 (docs/performance.md).
 constexpr uint64_t kEagerQuietNs = 1000000;
-// An undescribed receive still empty after this long is described (checked every 64 tests).
+// An undescribed receive still empty after this long is described (checked every 64 tests). It
+// changes nothing else: the run of undescribed receives goes on (a sender that was merely
+// descheduled sends eagerly again), and the receives a sender never fills eagerly are known
+// from its answer to the grant (kEagerLimit), not guessed from timings.
 constexpr uint64_t kLateDescribeNs = 1000000;
-// After this many late descriptions with no eager message landing between them, the comm
-// describes every receive: its sender does not go eagerly, or sends too slowly for it to matter.
-constexpr uint32_t kLateDescribesToGiveUp = 4;
 // The receiver returns freed entries by this many: a credit write every 8 small messages of a
-// ping-pong (every 4 cost 0.01 us more a message on shm), while a stream still finds half the
-// entries free whenever a credit write lands.
-constexpr uint32_t kCreditBatch = kEagerEntries / 2;
+// ping-pong (every 4 cost 0.01 us more a message on shm); a window of 32 messages leaves at most
+// 7 entries unreported.
+constexpr uint32_t kCreditBatch = 8;
 static_assert(kEagerEntries * 16 == kEagerHeadersBytes);
-static_assert(kEagerEntries <= (1u << kSlotBits), "the entry travels in the slot field");
+static_assert(kEagerEntries <= 256, "the entry travels in the control write's 8 middle bits");
+static_assert(kEagerEntries < 128, "credits count modulo 256: a stale count must look stale");
 
 // What the receiver tells its sender in every credit write (the same bytes each time, so that
 // whichever credit write lands first describes the area).
@@ -137,12 +149,17 @@ class EagerInbox {
     ++held_;
     return true;
   }
-  // The held entry of (tag, seq), or kEagerEntries.
-  uint32_t find(int32_t tag, uint16_t seq) const {
+  // The held entry of (tag, seq), or kEagerEntries. Receives mostly take eager messages in the
+  // order they were written: the entry after the last one found is looked at first, so that
+  // a receiver behind its sender does not walk every entry on every receive.
+  uint32_t find(int32_t tag, uint16_t seq) {
     if (held_ == 0) return kEagerEntries;
-    for (uint32_t e = 0; e < kEagerEntries; ++e) {
+    for (uint32_t i = 0, e = next_; i < kEagerEntries; ++i, e = (e + 1) % kEagerEntries) {
       const Entry& entry = entries_[e];
-      if (entry.state == State::kHeld && entry.tag == tag && entry.seq == seq) return e;
+      if (entry.state == State::kHeld && entry.tag == tag && entry.seq == seq) {
+        next_ = (e + 1) % kEagerEntries;
+        return e;
+      }
     }
     return kEagerEntries;
   }
@@ -169,6 +186,7 @@ class EagerInbox {
   Entry entries_[kEagerEntries];
   uint64_t freed_ = 0;  // entries freed in eager order (the sender's entry freed_ % n is next)
   uint32_t held_ = 0;
+  uint32_t next_ = 0;  // where find() looks first
 };
 
 }  // namespace nnf::protocol::rdma

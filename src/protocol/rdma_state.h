@@ -63,10 +63,22 @@ struct SendState final : CommState {
   ArenaSlot ring;  // our close acknowledgement, the eager grant and headers, the descriptors
   SendMatcher matcher;
   EagerCredits credits;
-  Grant grant{};                  // the receiver's bounce area (read at its first credit write)
-  size_t eagerMaxBytes = 0;       // ours and the receiver's entries' size, the smaller
+  Grant grant{};             // the receiver's bounce area (read at its first credit write)
+  size_t eagerMaxBytes = 0;  // ours and the receiver's entries' size, the smaller
+  // The provider completes only inline writes while the receiver is busy (shm) and delivers in
+  // order: a message that fits the inject size without its header goes as two inline writes.
+  bool headerAhead = false;
+  // The tag of the last eager header the receiver surely got (written inline): a message of the
+  // same tag that needs its header ahead goes without it (control 6), one write instead of two.
+  bool headerSaid = false;
+  int32_t lastHeaderTag = 0;
   uint64_t lastDescriptorNs = 0;  // when the receiver's descriptors last came (every 8th group)
   uint64_t descriptorGroups = 0;
+  // Sends went eagerly because the receiver was quiet: the next descriptor group ends that (its
+  // arrival is stamped whatever its number), so that sends stop crossing descriptors at once.
+  bool quietOpen = false;
+  // Our answer to the receiver's grant: the largest message we send eagerly (kEagerLimit).
+  core::Operation limitWrite;
   // The receiver's last descriptor group said kEagerAhead: its small receives may go undescribed.
   bool eagerAhead = false;
   std::unique_ptr<VoidWrites> voids;
@@ -107,18 +119,20 @@ struct RecvState final : CommState {
   ArenaSlot bounce;
   size_t bouncePayload = 0;  // bytes of message an entry holds
   bool eagerTried = false;   // grantEager ran (once a comm, whether it could grant or not)
+  bool firstLanded = false;  // a message landed: later receives that fit an entry take the area
   EagerInbox inbox;
+  // The tag of the last eager header read (its sender's next headerless message has it).
+  bool headerSeen = false;
+  int32_t lastHeaderTag = 0;
   core::Operation creditWrite;
   uint64_t creditsReported = 0;  // entries freed as the sender last heard
   // Small receives go undescribed once the sender was told so (kEagerAhead on the last group
   // described): bit s, slot s serves one; it is described late if nothing came for it.
   uint32_t undescribed = 0;
   bool eagerAheadSaid = false;
-  // Late descriptions since an eager message last landed before its receive or filled an
-  // undescribed one: a sender that does not go eagerly (its NCCL_FABRIC_EAGER_MAX is 0, or it
-  // is slower than kLateDescribeNs) turns undescribed receives off for good.
-  uint32_t lateInARow = 0;
-  bool describeAll = false;
+  // The largest message the sender sends eagerly, as it answered the grant (kEagerLimit; until
+  // then, as large as an entry): a receive above it is described.
+  size_t senderEagerMax = ~size_t{0};
   bool creditsOwed = false;    // a credit write is due once the one in flight completes
   uint64_t lingerUntilNs = 0;  // closed: the bounce area is set aside after this (0: never)
   uint8_t* entry(uint32_t e) { return bounce->data + bounceEntryOffset(e, bouncePayload); }
@@ -262,17 +276,36 @@ inline bool lingering(uint64_t deadlineNs) {
   return deadlineNs == 0 || core::nowNs() < deadlineNs;
 }
 
+// --- shared by the protocol's files; device lock held ---
+
+// Receiver (rdma.cc). Writes the descriptors of `count` buffers staged for `slot` into the
+// sender's ring.
+abi::Result writeDescriptors(core::RecvComm& comm, RecvState& state, uint32_t slot, uint32_t count);
+// The descriptors of `request` (its slot released) could not be written: no data will come for
+// it, so it fails as one of its buffers would (one WARN a comm).
+void failUndescribed(core::DataComm& comm, core::Request& request, int error);
+
+// Sender (rdma_write.cc). Posts the writes of the send in `request` into the buffer `arrived`
+// describes, one share per rail, or tells the receiver that the message does not fit. `handle`:
+// the send's registration (null for buffers without one). Failures land in the request.
+void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arrived,
+                const BufferDescriptor& buffer, core::MemoryHandle* handle);
+
 // --- the eager path (rdma_eager.cc); device lock held ---
 
 // Whether sends may go eagerly now: the receiver granted its entries, and either said that its
-// small receives go undescribed or has been quiet (no descriptor for kEagerQuietNs).
-inline bool eagerOpen(const SendState& state) {
-  return state.eagerMaxBytes > 0 && state.credits.granted() &&
-         (state.eagerAhead || core::nowNs() - state.lastDescriptorNs >= kEagerQuietNs);
+// small receives go undescribed or has been quiet (no descriptor for kEagerQuietNs: it is busy
+// elsewhere, or descheduled; SendState::quietOpen until its next descriptors come).
+inline bool eagerOpen(SendState& state) {
+  if (state.eagerMaxBytes == 0 || !state.credits.granted()) return false;
+  if (state.eagerAhead) return true;
+  if (core::nowNs() - state.lastDescriptorNs < kEagerQuietNs) return false;
+  state.quietOpen = true;
+  return true;
 }
 
 // Whether a send of `size` bytes may go eagerly now (sendEager's precondition).
-inline bool mayGoEagerly(const SendState& state, size_t size) {
+inline bool mayGoEagerly(SendState& state, size_t size) {
   return size <= state.eagerMaxBytes && eagerOpen(state);
 }
 
@@ -282,6 +315,10 @@ inline bool mayGoEagerly(const SendState& state, size_t size) {
 bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, int32_t tag,
                uint16_t seq, core::MemoryHandle* handle);
 void onCredits(core::SendComm& comm, SendState& state, uint32_t freedMod256);
+// Tells the receiver the largest message we send eagerly (at its grant, and if that drops to 0).
+void announceEagerLimit(core::SendComm& comm, SendState& state);
+// The limit write ended: true when `op` was it.
+bool onLimitWriteDone(core::SendComm& comm, SendState& state, core::Operation& op, int error);
 // Answers a descriptor whose message went eagerly: the receiver may then reuse its slot.
 void sendVoid(core::SendComm& comm, SendState& state, uint32_t slot, uint32_t index,
               const BufferDescriptor& buffer);
@@ -289,22 +326,31 @@ void sendVoid(core::SendComm& comm, SendState& state, uint32_t slot, uint32_t in
 bool onVoidDone(core::SendComm& comm, SendState& state, core::Operation& op, int error);
 int voidsPending(const SendState& state);
 
-// Receiver. The first message received takes the bounce area and grants its entries.
+// Receiver. Takes the bounce area and grants its entries (postRecv: the first receive an entry
+// could fill after the comm's first message landed).
 void grantEager(core::RecvComm& comm, RecvState& state);
 // Whether a receive of `count` buffers can be filled by an eager message instead of its
 // descriptor: one host buffer that fits a bounce entry. Such a receive goes undescribed once the
 // sender was told so (RecvState::eagerAheadSaid).
 inline bool eagerFillable(const RecvState& state, int count, size_t size,
                           const core::MemoryHandle* handle) {
-  return count == 1 && state.bounce.held() && !state.describeAll && size <= state.bouncePayload &&
+  return count == 1 && state.bounce.held() && size <= state.bouncePayload &&
+         size <= state.senderEagerMax &&
          (handle == nullptr || handle->type == memory::MemType::kHost);
 }
 // Copies the message in bounce `entry` into buffer `index` of `request` (memcpy, or an RDMA
 // read into GPU memory, which completes the buffer later) and frees the entry.
 void deliverEager(core::RecvComm& comm, RecvState& state, core::Request& request, uint32_t index,
                   uint32_t entry, core::MemoryHandle* handle);
-void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry);
+// An eager message landed in `entry`; `implied`: its header, where it came without one.
+void onEagerLanded(core::RecvComm& comm, RecvState& state, uint32_t entry,
+                   const EagerHeader* implied = nullptr);
 void onVoidLanded(core::RecvComm& comm, RecvState& state, uint32_t slot, uint32_t index);
+// Describes the undescribed receive of `slot` now, with kEagerAhead: the run of undescribed
+// small receives goes on, so the sender keeps sending small messages eagerly.
+void describeLate(core::RecvComm& comm, RecvState& state, uint32_t slot);
+// The sender's answer to the grant (kEagerLimit): it sends messages up to `maxBytes` eagerly.
+void onEagerLimit(core::RecvComm& comm, RecvState& state, size_t maxBytes);
 // The credit write ended: true when `op` was it.
 bool onCreditWriteDone(core::RecvComm& comm, RecvState& state, core::Operation& op, int error);
 // A read copying an eager message into GPU memory ended: true when `op` was one.

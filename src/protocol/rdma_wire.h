@@ -12,9 +12,18 @@
 //                message (0: the message did not fit; nothing was written)
 //   control 0, descriptors (to a send comm): bits 12..8 slot, bits 7..5 buffers minus one
 //   control 1, credits (to a send comm): bits 12..5 eager entries freed so far, modulo 256
-//   control 2, eager message (to a receive comm): bits 12..8 bounce entry (rdma_eager.h)
+//   control 2, eager message (to a receive comm): bits 12..5 bounce entry (rdma_eager.h)
 //   control 3, void (to a receive comm): bits 12..8 slot, bits 7..5 buffer index: the sender
 //              read that descriptor but sent its message eagerly; the slot may be reused
+//   control 4, eager header (to a receive comm): bits 12..5 bounce entry: the header alone,
+//              written ahead of its message where the two do not fit one inline write
+//              (rdma_eager.h); its message's write (control 2) follows and lands after it
+//   control 5, eager limit (to a receive comm): bits 12..5 the largest message the sender
+//              sends eagerly, in units of kEagerLimitUnit bytes (0: none), its answer to the
+//              grant: receives above it are described (rdma_eager.h)
+//   control 6, eager message without its header (to a receive comm; where the provider delivers
+//              in order and carries 8 bytes): bits 12..5 bounce entry, bits 63..48 the
+//              sequence number, 47..32 the length; its tag is that of the comm's last header
 //
 // Where the provider carries 8 bytes of immediate data (cq_data_size >= 8: shm, tcp) the upper
 // 32 bits hold the segment's length, because not every provider reports the length of a remote
@@ -25,18 +34,29 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/tags.h"
 #include "memory/region.h"
 
 namespace nnf::protocol::rdma {
 
-constexpr int kCommIdBits = 18;
-constexpr uint32_t kMaxCommId = (1u << kCommIdBits) - 1;
+// Comm ids are the core's (one width for tags and immediates).
+using core::tags::kCommIdBits;
+using core::tags::kMaxCommId;
 constexpr uint32_t kSlotBits = 5;
 constexpr uint32_t kSlots = 32;  // grouped receives in flight per comm (NCCL_NET_MAX_REQUESTS)
 constexpr uint32_t kGroup = 8;   // buffers per grouped receive
 constexpr uint32_t kMaxSegments = 31;  // segments one message may be cut into
 
-enum class ImmKind : uint8_t { kData, kDescriptors, kCredits, kEager, kVoid };
+enum class ImmKind : uint8_t {
+  kData,
+  kDescriptors,
+  kCredits,
+  kEager,
+  kVoid,
+  kEagerHeader,
+  kEagerLimit,
+  kEagerImplied
+};
 
 struct Immediate {
   ImmKind kind = ImmKind::kData;
@@ -44,7 +64,7 @@ struct Immediate {
   uint32_t slot = 0;      // kData, kDescriptors, kVoid; kEager: the bounce entry
   uint32_t index = 0;     // kData, kVoid
   uint32_t segments = 0;  // kData; 0: truncation notice
-  uint32_t count = 0;     // kDescriptors; kCredits: entries freed, modulo 256
+  uint32_t count = 0;     // kDescriptors; kCredits: entries freed, modulo 256; kEagerLimit: bytes
   uint32_t length = 0;    // upper 32 bits (where the provider carries them)
 };
 
@@ -63,7 +83,15 @@ inline uint64_t encodeDescriptors(uint32_t commId, uint32_t slot, uint32_t count
 }
 
 // The control writes (kind bit set), by what bits 4..0 say.
-enum class Control : uint32_t { kDescriptors = 0, kCredits = 1, kEager = 2, kVoid = 3 };
+enum class Control : uint32_t {
+  kDescriptors = 0,
+  kCredits = 1,
+  kEager = 2,
+  kVoid = 3,
+  kEagerHeader = 4,
+  kEagerLimit = 5,
+  kEagerImplied = 6
+};
 
 inline uint64_t encodeControl(uint32_t commId, Control control, uint32_t middle) {
   return (uint64_t{1} << 31) | (uint64_t{commId & kMaxCommId} << 13) |
@@ -73,7 +101,20 @@ inline uint64_t encodeCredits(uint32_t commId, uint32_t freed) {
   return encodeControl(commId, Control::kCredits, freed);
 }
 inline uint64_t encodeEager(uint32_t commId, uint32_t entry) {
-  return encodeControl(commId, Control::kEager, (entry & ((1u << kSlotBits) - 1)) << 3);
+  return encodeControl(commId, Control::kEager, entry);
+}
+inline uint64_t encodeEagerHeader(uint32_t commId, uint32_t entry) {
+  return encodeControl(commId, Control::kEagerHeader, entry);
+}
+inline uint64_t encodeEagerImplied(uint32_t commId, uint32_t entry, uint16_t seq, uint16_t length) {
+  return (uint64_t{seq} << 48) | (uint64_t{length} << 32) |
+         encodeControl(commId, Control::kEagerImplied, entry);
+}
+constexpr uint32_t kEagerLimitUnit = 64;
+inline uint64_t encodeEagerLimit(uint32_t commId, size_t maxBytes) {
+  size_t units = maxBytes / kEagerLimitUnit;
+  return encodeControl(commId, Control::kEagerLimit,
+                       static_cast<uint32_t>(units < 255 ? units : 255));
 }
 inline uint64_t encodeVoid(uint32_t commId, uint32_t slot, uint32_t index) {
   return encodeControl(commId, Control::kVoid,
@@ -103,6 +144,21 @@ inline Immediate decode(uint64_t data) {
       break;
     case Control::kEager:
       imm.kind = ImmKind::kEager;
+      imm.slot = (low >> 5) & 0xff;
+      break;
+    case Control::kEagerHeader:
+      imm.kind = ImmKind::kEagerHeader;
+      imm.slot = (low >> 5) & 0xff;
+      break;
+    case Control::kEagerLimit:
+      imm.kind = ImmKind::kEagerLimit;
+      imm.count = ((low >> 5) & 0xff) * kEagerLimitUnit;
+      break;
+    case Control::kEagerImplied:
+      imm.kind = ImmKind::kEagerImplied;
+      imm.slot = (low >> 5) & 0xff;
+      imm.count = static_cast<uint32_t>(data >> 48);            // sequence number
+      imm.length = static_cast<uint32_t>(data >> 32) & 0xffff;  // bytes
       break;
     default:
       imm.kind = ImmKind::kVoid;
@@ -143,7 +199,7 @@ constexpr size_t kNoticeOffset = 0;
 constexpr size_t kGrantOffset = kNoticeBytes;  // written by the receiver (rdma::Grant)
 constexpr size_t kGrantBytes = 64;
 constexpr size_t kEagerHeadersOffset = kGrantOffset + kGrantBytes;  // the sender's own
-constexpr size_t kEagerHeadersBytes = 16 * 16;  // kEagerEntries headers (rdma_eager.h)
+constexpr size_t kEagerHeadersBytes = 64 * 16;  // kEagerEntries headers (rdma_eager.h)
 constexpr size_t kRingOffset = kEagerHeadersOffset + kEagerHeadersBytes;
 constexpr size_t kArenaSlotBytes = kRingOffset + kRingBytes;
 constexpr size_t entryOffset(uint32_t slot) {

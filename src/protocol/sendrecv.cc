@@ -10,7 +10,7 @@ namespace nnf::protocol {
 
 abi::Result SendRecv::postSend(core::SendComm& comm, core::Request& request, void* data,
                                size_t size, int tag, core::MemoryHandle* handle) {
-  uint32_t seq;
+  uint32_t seq = 0;  // nextSequence sets it whenever it succeeds; GCC cannot tell
   if (!comm.nextSequence(tag, &seq)) return abi::kInternalError;
   core::Operation& op = request.ops[0];
   op.owner = &comm;
@@ -43,7 +43,7 @@ abi::Result SendRecv::postRecv(core::RecvComm& comm, core::Request& request, int
                                void* const* data, const size_t* sizes, const int* tags,
                                core::MemoryHandle* const* handles) {
   for (int i = 0; i < count; ++i) {
-    uint32_t seq;
+    uint32_t seq = 0;  // as in postSend
     if (!comm.nextSequence(tags[i], &seq)) return abi::kInternalError;
     core::Operation& op = request.ops[i];
     op.owner = &comm;
@@ -58,6 +58,7 @@ abi::Result SendRecv::postRecv(core::RecvComm& comm, core::Request& request, int
                   (handles == nullptr || handles[i] == nullptr ||
                    handles[i]->type == memory::MemType::kHost);
     abi::Result result = comm.device().post(op);
+    if (result == abi::kSuccess) comm.holdRegistration(op, handles != nullptr ? handles[i] : nullptr);
     // Operations already posted stay with the request; it fails as a whole in test().
     if (result != abi::kSuccess) return result;
   }

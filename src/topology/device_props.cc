@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "topology/fnv1a.h"
+
 namespace nnf::topology {
 namespace {
 
@@ -72,12 +74,7 @@ const std::string& deviceName(const Device& device, const std::vector<Nic>& nics
 uint64_t deviceGuid(const Device& device, const std::vector<Nic>& nics, size_t index) {
   const Nic& leader = nics.at(device.nics.front());
   std::string key = (leader.pci ? leader.pci->str() : leader.name) + "#" + std::to_string(index);
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (unsigned char c : key) {
-    hash ^= c;
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
+  return fnv1a64(key);
 }
 
 }  // namespace nnf::topology

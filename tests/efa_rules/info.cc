@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "efa_rules.h"
+#include "fabric/legacy_mr_bits.h"  // FI_MR_BASIC by value (deprecated in libfabric 2.x)
 
 namespace efa_rules {
 namespace {
@@ -141,7 +142,8 @@ int getinfo(uint32_t version, const char* node, const char* service, uint64_t fl
     // As the core's check for real providers: an unspecified mr_mode (0) or FI_MR_BASIC takes
     // whatever the provider needs; otherwise every required bit must be offered.
     uint64_t mrMode = hints->domain_attr ? static_cast<uint64_t>(hints->domain_attr->mr_mode) : 0;
-    if (mrMode != 0 && mrMode != FI_MR_BASIC && (mrMode & kRequiredMrMode) != kRequiredMrMode)
+    if (mrMode != 0 && mrMode != nnf::fabric::kLegacyMrBasic &&
+        (mrMode & kRequiredMrMode) != kRequiredMrMode)
       return -FI_ENODATA;
     if (hints->fabric_attr && hints->fabric_attr->name &&
         std::strcmp(hints->fabric_attr->name, "efa") != 0)

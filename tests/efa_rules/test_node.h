@@ -14,7 +14,6 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -27,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "support/shm_cleanup.h"
+#include "support/processes.h"
 
 namespace efa_rules_test {
 
@@ -69,30 +68,28 @@ inline void childEnv(const std::string& base) {
   setenv("NCCL_PROTO", "^LL128", 1);
 }
 
-// Runs `body` in `n` forked children (index 0..n-1, with a socket to the other); true when all
-// exit 0.
+// Runs `body` in `n` (1 or 2) forked children (index 0..n-1, with a socket to the other); true
+// when all exit 0 within the timeout (a REQUIRE that fails exits 1).
 inline bool runChildren(int n, const std::function<void(int, int)>& body) {
   int sockets[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sockets) != 0) return false;
-  std::vector<pid_t> pids;
+  std::vector<nnf::test::ProcessSpec> children;
   for (int i = 0; i < n; ++i) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(sockets[1 - i]);
-      body(i, sockets[i]);
-      _exit(0);
-    }
-    pids.push_back(pid);
+    children.push_back({"child " + std::to_string(i), [&body, &sockets, i] {
+                          close(sockets[1 - i]);
+                          body(i, sockets[i]);
+                          return 0;
+                        }});
   }
-  close(sockets[0]);
-  close(sockets[1]);
+  nnf::test::ProcessOptions options;
+  options.timeoutSec = 120;
+  options.whileRunning = [&sockets](const std::vector<pid_t>&) {
+    close(sockets[0]);
+    close(sockets[1]);
+  };
   bool ok = true;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    nnf::test::removeSharedMemoryOf(pid);
-    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  }
+  for (const nnf::test::ProcessEnd& end : nnf::test::runProcesses(children, options))
+    ok = ok && end.asExpected;
   return ok;
 }
 

@@ -6,7 +6,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -176,23 +175,18 @@ TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
   // The failure needs an address the provider's address vector refuses. shm in libfabric 2.x
   // takes any name (it maps peers when it first reaches them), so there is none to send there;
   // asked in a child, so that this process keeps libfabric untouched for the children below.
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    int refused = 2;
-    try {
-      RawEndpoint probe;
-      std::vector<uint8_t> bad = badAddress(probe.rail().address(), BadAddress::kUninsertable);
-      fi_addr_t addr = FI_ADDR_UNSPEC;
-      refused = probe.rail().insertAddress(bad.data(), bad.size(), &addr) != 0 ? 0 : 1;
-    } catch (...) {
-    }
-    _exit(refused);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 2) << describeStatus(status);
-  if (WEXITSTATUS(status) == 1) {
+  // 0: refused, 1: accepted; anything else: the probe itself failed.
+  int accepted = runChild(
+      [] {
+        RawEndpoint probe;
+        std::vector<uint8_t> bad = badAddress(probe.rail().address(), BadAddress::kUninsertable);
+        fi_addr_t addr = FI_ADDR_UNSPEC;
+        return probe.rail().insertAddress(bad.data(), bad.size(), &addr) != 0 ? 0 : 1;
+      },
+      60);
+  ASSERT_TRUE(accepted == 0 || accepted == 1)
+      << "the address probe ended with " << accepted << " (see above)";
+  if (accepted == 1) {
     GTEST_SKIP() << "this provider's address vector accepts an address no endpoint has "
                     "(shm on libfabric 2.x): accept cannot be made to fail this way";
   }

@@ -385,7 +385,9 @@ TEST(Close, AGivenUpCloseKeepsItsCommUntilTheProviderReturnsItsSends) {
     HostBuffer out(kSends * kSize);
     void* mh;
     ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, out.data(), out.size(), &mh));
-    if (rdma) ASSERT_TRUE(peer.channel->wait(60));  // the receives are described
+    if (rdma) {  // the receives are described
+      ASSERT_TRUE(peer.channel->wait(60));
+    }
     std::vector<void*> requests(kSends);
     for (int i = 0; i < kSends; ++i) {
       fillPattern(out.data() + i * kSize, kSize, 300 + i);
@@ -461,7 +463,9 @@ TEST(Close, AGivenUpCloseKeepsItsCommUntilTheProviderReturnsItsSends) {
     }
     // No progress: the sender's close finds its sends held.
     ASSERT_TRUE(peer.channel->wait(60));
-    if (!rdma) ASSERT_NO_FATAL_FAILURE(postAll());
+    if (!rdma) {
+      ASSERT_NO_FATAL_FAILURE(postAll());
+    }
     std::vector<int> sizes;
     ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));
     for (int i = 0; i < kSends; ++i) {

@@ -4,7 +4,6 @@
 // device reaches it as a NIC would. Every byte is put there and checked through the driver's own
 // copies. Elsewhere these tests skip: there device memory is host memory the CPU reads.
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -78,16 +77,13 @@ TEST(DeviceMemory, TheCpuCannotTouchIt) {
     GpuBuffer gpu(fake, 4096);
     gpu.fill(4096, 5);
     EXPECT_TRUE(verifyPattern(gpu.read().data(), 4096, 5)) << "the driver's copies reach it";
-    pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-      volatile uint8_t value = gpu.data()[0];  // must fault
-      _exit(value == 0xff ? 3 : 2);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
-    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV)
-        << "a CPU read of device memory did not fault (status " << status << ")";
+    int end = runChild(
+        [&gpu] {
+          volatile uint8_t value = gpu.data()[0];  // must fault
+          return value == 0xff ? 3 : 2;
+        },
+        30);
+    EXPECT_EQ(end, 128 + SIGSEGV) << "a CPU read of device memory did not fault";
   });
 }
 
@@ -142,7 +138,9 @@ TEST(DeviceMemory, GpuToGpuTransfersOfEverySize) {
       void* handles[1] = {mh};
       void* flush = nullptr;
       ASSERT_EQ(peer.net->iflush(comm, 1, data, flushSizes, handles, &flush), abi::kSuccess);
-      if (flush != nullptr) ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
+      if (flush != nullptr) {
+        ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
+      }
       std::vector<uint8_t> bytes = gpu->read();
       EXPECT_TRUE(verifyPattern(bytes.data(), static_cast<size_t>(size), ++message));
       EXPECT_TRUE(verifySentinel(bytes.data() + size, kCapacity - static_cast<size_t>(size)));

@@ -252,9 +252,10 @@ TEST_F(GpuMemory, WithoutCudaTheProviderIsUsedForHostMemoryOnly) {
       EXPECT_EQ(peer.props.ptrSupport, abi::kPtrHost);
       // On softefa libfabric's own CUDA support loads the fake too (as libcuda.so.1): only the
       // plugin is without CUDA there.
-      if (!onSoftEfa())
+      if (!onSoftEfa()) {
         EXPECT_EQ(dlopen(fake.c_str(), RTLD_NOW | RTLD_NOLOAD), nullptr)
             << "fake must not be loaded";
+      }
       EXPECT_EQ(peer.warnings(), 0) << "missing CUDA is an INFO, not a WARN";
     });
   });

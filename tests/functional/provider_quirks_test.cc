@@ -5,14 +5,11 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -20,6 +17,7 @@
 #include "fabric/provider.h"
 #include "fabric/rail.h"
 #include "platform/provider_rules.h"
+#include "support/processes.h"
 #include "support/test_env.h"
 
 namespace nnf::test {
@@ -119,7 +117,7 @@ const char* truncationName(Truncation seen) {
 // sets err to -FI_ETRUNC: for this rule a report all the same), 1 when it ends otherwise, 2 when
 // the check cannot run, 3 when the receive never completes. A provider may also spin inside
 // fi_cq_read instead: the parent kills the child then.
-[[noreturn]] void truncateToSelf(size_t sent, size_t posted) {
+int truncateToSelf(size_t sent, size_t posted) {
   int code = 2;
   try {
     fabric::ProviderChoice choice = fabric::selectProvider("");
@@ -146,26 +144,14 @@ const char* truncationName(Truncation seen) {
     }
   } catch (...) {
   }
-  _exit(code);
+  return code;
 }
 
 Truncation truncateInChild(size_t sent, size_t posted) {
-  pid_t pid = fork();
-  if (pid < 0) return Truncation::kNotRun;
-  if (pid == 0) truncateToSelf(sent, posted);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return Truncation::kHung;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) == 2) return Truncation::kNotRun;
-  if (WEXITSTATUS(status) == 3) return Truncation::kHung;
-  return WEXITSTATUS(status) == 0 ? Truncation::kReported : Truncation::kOtherResult;
+  int end = runChild([sent, posted] { return truncateToSelf(sent, posted); }, 10);
+  if (end == -1 || end == 3) return Truncation::kHung;  // -1: killed at the timeout
+  if (end == 0) return Truncation::kReported;
+  return end == 1 ? Truncation::kOtherResult : Truncation::kNotRun;
 }
 
 // A message on each side of the rule's limit meets a smaller receive: within the limit the

@@ -43,7 +43,9 @@ void oneTag(bool receiverBehind) {
     HostBuffer out(size_t{kLargest} * kAhead);
     void* mh;
     ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, out.data(), out.size(), &mh));
-    if (!receiverBehind) ASSERT_TRUE(peer.channel->wait());  // receives posted ahead
+    if (!receiverBehind) {  // receives posted ahead
+      ASSERT_TRUE(peer.channel->wait());
+    }
     std::vector<void*> requests;
     for (int m = 0; m < kMessages; ++m) {
       uint8_t* data = out.data() + size_t{kLargest} * (m % kAhead);
@@ -82,14 +84,18 @@ void oneTag(bool receiverBehind) {
     for (int first = 0; first < kMessages; first += window) {
       int last = std::min(kMessages, first + window);
       std::vector<void*> requests;
-      if (receiverBehind) ASSERT_TRUE(peer.channel->wait());  // its send is posted
+      if (receiverBehind) {  // its send is posted
+        ASSERT_TRUE(peer.channel->wait());
+      }
       for (int m = first; m < last; ++m) {
         void* request;
         ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, in.data() + size_t{kLargest} * (m % kAhead),
                                          kLargest, 3, mh, &request));
         requests.push_back(request);
       }
-      if (!receiverBehind) ASSERT_TRUE(peer.channel->signal());
+      if (!receiverBehind) {
+        ASSERT_TRUE(peer.channel->signal());
+      }
       std::vector<int> sizes;
       ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));
       for (int m = first; m < last; ++m) {
@@ -97,7 +103,9 @@ void oneTag(bool receiverBehind) {
         ASSERT_TRUE(verifyPattern(in.data() + size_t{kLargest} * (m % kAhead), sizeOf(m), 500 + m))
             << "message " << m;
       }
-      if (receiverBehind) ASSERT_TRUE(peer.channel->signal());
+      if (receiverBehind) {
+        ASSERT_TRUE(peer.channel->signal());
+      }
     }
     dereg(peer, comm, mh);
     peer.channel->finishBarrier(60);

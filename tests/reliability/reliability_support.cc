@@ -4,103 +4,16 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <thread>
-
-#include "support/shm_cleanup.h"
 
 namespace nnf::test {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Forks; the child runs `body` and leaves with _exit (never returning into gtest, never
-// running the parent's atexit handlers), status 1 when it recorded a failure.
-pid_t forkRun(const std::function<void()>& body) {
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  // ctest's timeout kills only the parent: never outlive it.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  int before = failedParts();
-  try {
-    body();
-  } catch (const std::exception& error) {
-    ADD_FAILURE() << "uncaught exception: " << error.what();
-  } catch (...) {
-    ADD_FAILURE() << "uncaught exception";
-  }
-  int code = failedParts() > before ? 1 : 0;
-  fflush(stdout);
-  fflush(stderr);
-  _exit(code);
-}
-
-struct Child {
-  std::string role;
-  pid_t pid = -1;
-  Ending ending = Ending::kSuccess;
-  bool running = true;
-  int status = 0;
-  bool reported = false;
-};
-
-void waitAll(std::vector<Child>& children, double timeoutSec) {
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(timeoutSec));
-  for (;;) {
-    bool anyRunning = false;
-    for (Child& child : children) {
-      if (!child.running) continue;
-      if (waitpid(child.pid, &child.status, WNOHANG) == child.pid) {
-        child.running = false;
-        removeSharedMemoryOf(child.pid);
-      } else {
-        anyRunning = true;
-      }
-    }
-    if (!anyRunning) break;
-    if (Clock::now() >= deadline) {
-      for (Child& child : children) {
-        if (!child.running) continue;
-        kill(child.pid, SIGKILL);
-        waitpid(child.pid, &child.status, 0);
-        removeSharedMemoryOf(child.pid);
-        child.running = false;
-        child.reported = true;
-        ADD_FAILURE() << "the " << child.role << " process (pid " << child.pid
-                      << ") did not finish within " << timeoutSec << " s and was killed (hang?)";
-      }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  for (const Child& child : children) {
-    if (child.reported) continue;
-    bool killed = WIFSIGNALED(child.status) && WTERMSIG(child.status) == SIGKILL;
-    bool clean = WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0;
-    if (child.ending == Ending::kKilled && !killed) {
-      ADD_FAILURE() << "the " << child.role << " process was to kill itself mid-transfer but "
-                    << describeStatus(child.status) << " (its failures are printed above)";
-    } else if (child.ending == Ending::kSuccess && !clean) {
-      ADD_FAILURE() << "the " << child.role << " process (pid " << child.pid << ") "
-                    << describeStatus(child.status) << " (its failures are printed above)";
-    }
-  }
-}
-
-}  // namespace
 
 void useShippedDefaults(ScopedEnv& env, std::initializer_list<config::Param> params) {
   for (config::Param param : params) {
@@ -157,53 +70,38 @@ std::string shellOutput(const std::string& command) {
   return out;
 }
 
-void runBare(const std::function<void()>& body, double timeoutSec) {
-  std::vector<Child> children(1);
-  children[0].role = "bare";
-  children[0].pid = forkRun(body);
-  ASSERT_GT(children[0].pid, 0) << "fork failed: " << strerror(errno);
-  waitAll(children, timeoutSec);
-}
-
 void runPair(const Body& sender, const Body& receiver, const PairOptions& options) {
   int fds[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0) << strerror(errno);
-  auto childBody = [&](const std::string& role, int keep, int drop, const Body& body) {
-    return [&, role, keep, drop] {
-      close(drop);
-      if (options.beforeLoad && !options.beforeLoad(role)) {
-        ADD_FAILURE() << role << ": set-up before loading the plugin failed";
-        return;
-      }
-      SCOPED_TRACE("in the " + role + " process " + std::to_string(getpid()));
-      Channel channel(keep);
-      Peer peer;
-      peer.role = role;
-      peer.channel = &channel;
-      openPlugin(&peer);
-      if (!::testing::Test::HasFatalFailure()) body(peer);
-    };
+  auto child = [&](const std::string& role, int keep, int drop, const Body& body,
+                   Ending ending) -> ProcessSpec {
+    return {role, judgedBody([&, role, keep, drop] {
+              close(drop);
+              if (options.beforeLoad && !options.beforeLoad(role)) {
+                ADD_FAILURE() << role << ": set-up before loading the plugin failed";
+                return;
+              }
+              SCOPED_TRACE("in the " + role + " process " + std::to_string(getpid()));
+              Channel channel(keep);
+              Peer peer;
+              peer.role = role;
+              peer.channel = &channel;
+              openPlugin(&peer);
+              if (!::testing::Test::HasFatalFailure()) body(peer);
+            }),
+            ending};
   };
-  std::vector<Child> children(2);
-  children[0].role = "receiver";
-  children[0].ending = options.receiverEnding;
-  children[0].pid = forkRun(childBody("receiver", fds[1], fds[0], receiver));
-  children[1].role = "sender";
-  children[1].ending = options.senderEnding;
-  children[1].pid = forkRun(childBody("sender", fds[0], fds[1], sender));
-  // Both ends closed here, so a child that dies is seen as EOF by its partner.
-  close(fds[0]);
-  close(fds[1]);
-  for (Child& child : children) {
-    if (child.pid <= 0) {
-      ADD_FAILURE() << "fork failed: " << strerror(errno);
-      child.running = false;
-      child.reported = true;
-    }
-  }
-  if (options.whileRunning && children[0].pid > 0 && children[1].pid > 0)
-    options.whileRunning(children[1].pid, children[0].pid);
-  waitAll(children, options.timeoutSec);
+  ProcessOptions run;
+  run.timeoutSec = options.timeoutSec;
+  run.whileRunning = [&](const std::vector<pid_t>& pids) {
+    // Both ends closed here, so a child that dies is seen as EOF by its partner.
+    close(fds[0]);
+    close(fds[1]);
+    if (options.whileRunning && pids[0] > 0 && pids[1] > 0) options.whileRunning(pids[1], pids[0]);
+  };
+  runProcesses({child("receiver", fds[1], fds[0], receiver, options.receiverEnding),
+                child("sender", fds[0], fds[1], sender, options.senderEnding)},
+               run);
 }
 
 std::string NamespacePair::unavailableReason() {

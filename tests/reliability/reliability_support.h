@@ -1,6 +1,7 @@
-// Helpers the reliability tests need beyond tests/support: child processes that are allowed to
-// die (a dead peer is the point of some tests), process resource probes and throw-away network
-// namespaces. Scoped environment variables come from support/scoped_env.h.
+// Helpers the reliability tests need beyond tests/support: pairs whose children are allowed to
+// die (a dead peer is the point of some tests; the forking is support/processes.h's), process
+// resource probes and throw-away network namespaces. Scoped environment variables come from
+// support/scoped_env.h.
 #pragma once
 
 #include <sys/types.h>
@@ -26,9 +27,6 @@ int openFdCount();
 // Resident set size of this process in bytes (/proc/self/statm).
 size_t residentBytes();
 
-// How a child of runPair is expected to end.
-enum class Ending { kSuccess, kKilled };
-
 struct PairOptions {
   double timeoutSec = 120;
   Ending senderEnding = Ending::kSuccess;
@@ -44,10 +42,6 @@ struct PairOptions {
 // Like runTwoProcesses, but a child may be expected to die by SIGKILL (it kills itself at the
 // point the test chooses, with killSelf()), and a hook may run in the parent meanwhile.
 void runPair(const Body& sender, const Body& receiver, const PairOptions& options);
-
-// Runs `body` in a forked child without loading the plugin (for calls made before init).
-// Failures in the child fail the calling test; a crash or a hang too.
-void runBare(const std::function<void()>& body, double timeoutSec = 60);
 
 // SIGKILL to the calling process, after flushing what it has written: the peer of a test must
 // see a process that vanished without closing anything, as after a crash or an OOM kill.

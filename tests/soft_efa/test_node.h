@@ -9,7 +9,6 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,6 +20,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "support/processes.h"
 
 namespace nnf::softefa::test {
 
@@ -174,7 +175,8 @@ inline Completion poll(Node& node) {
   return c;
 }
 
-// Two processes joined by pipes: `a` and `b` each get the other's address.
+// Two processes joined by pipes: `a` and `b` each get the other's address. Forked by the tests'
+// one harness (support/processes.h): a failure, crash or hang of either fails the test.
 class TwoProcesses {
  public:
   using Role = std::function<void(int in, int out)>;
@@ -182,20 +184,17 @@ class TwoProcesses {
     int ab[2], ba[2];
     ASSERT_EQ(pipe(ab), 0);
     ASSERT_EQ(pipe(ba), 0);
-    pid_t pa = fork();
-    if (pa == 0) child(ns, a, ba[0], ab[1], {ab[0], ba[1]});
-    pid_t pb = fork();
-    if (pb == 0) child(ns, b, ab[0], ba[1], {ba[0], ab[1]});
-    close(ab[0]);
-    close(ab[1]);
-    close(ba[0]);
-    close(ba[1]);
-    for (pid_t pid : {pa, pb}) {
-      int status = 0;
-      ASSERT_EQ(waitpid(pid, &status, 0), pid);
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-          << (pid == pa ? "process a" : "process b") << " failed (status " << status << ")";
-    }
+    nnf::test::ProcessOptions options;
+    options.timeoutSec = 120;
+    options.whileRunning = [&](const std::vector<pid_t>&) {
+      close(ab[0]);
+      close(ab[1]);
+      close(ba[0]);
+      close(ba[1]);
+    };
+    auto first = [&] { return child(ns, a, ba[0], ab[1], {ab[0], ba[1]}); };
+    auto second = [&] { return child(ns, b, ab[0], ba[1], {ba[0], ab[1]}); };
+    nnf::test::runProcesses({{"process a", first}, {"process b", second}}, options);
     removeNamespace(ns);
   }
 
@@ -215,13 +214,13 @@ class TwoProcesses {
   }
 
  private:
-  [[noreturn]] static void child(const std::string& ns, Role role, int in, int out,
-                                 std::initializer_list<int> others) {
+  static int child(const std::string& ns, const Role& role, int in, int out,
+                   std::initializer_list<int> others) {
     // Only its own ends stay open, so that a peer's exit reads as end of file.
     for (int fd : others) close(fd);
     setenv("NNF_SOFT_EFA_NS", ns.c_str(), 1);
     role(in, out);
-    _exit(::testing::Test::HasFailure() ? 1 : 0);
+    return ::testing::Test::HasFailure() ? 1 : 0;
   }
 };
 

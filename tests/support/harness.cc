@@ -1,5 +1,4 @@
 #include "support/harness.h"
-#include "support/shm_cleanup.h"
 #include "support/test_env.h"
 
 #include <net/if.h>
@@ -7,19 +6,21 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <set>
+#include <memory>
 #include <mutex>
-#include <thread>
 
 namespace nnf::test {
 namespace {
@@ -64,13 +65,32 @@ void applyProviderEnvironment() {
   setenv("FI_TCP_IFACE", "lo", 0);
 }
 
+// NNF_TEST_ENV_<ROLE> (role in capitals), "NAME=VALUE;NAME=VALUE": variables of that child only,
+// for tests whose two sides must be configured differently.
+void applyRoleEnvironment(const std::string& role) {
+  std::string name = "NNF_TEST_ENV_";
+  for (char c : role) name += static_cast<char>(toupper(static_cast<unsigned char>(c)));
+  const char* list = std::getenv(name.c_str());
+  if (list == nullptr) return;
+  std::string text = list;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find(';', start);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(start, end - start);
+    size_t equals = item.find('=');
+    if (equals != std::string::npos) {
+      setenv(item.substr(0, equals).c_str(), item.substr(equals + 1).c_str(), 1);
+    }
+    start = end + 1;
+  }
+}
+
 int childMain(const std::string& role, Channel* channel, const Body& body, Network network) {
   int failedBefore = failedParts();
   g_role = role;
-  // Never outlive the test binary (ctest's timeout kills only the parent).
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (network == Network::kIsolated && !isolateNetwork()) return kExitNoIsolation;
   applyProviderEnvironment();
+  applyRoleEnvironment(role);
   try {
     SCOPED_TRACE("in the " + role + " process " + std::to_string(getpid()));
     Peer peer;
@@ -88,107 +108,19 @@ int childMain(const std::string& role, Channel* channel, const Body& body, Netwo
   return failedParts() > failedBefore ? 1 : 0;
 }
 
-pid_t forkChild(const std::string& role, int keepFd, int closeFd, const Body& body,
-                Network network = Network::kHost) {
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  if (closeFd >= 0) close(closeFd);
-  int code;
-  {
-    std::unique_ptr<Channel> channel;
-    if (keepFd >= 0) channel = std::make_unique<Channel>(keepFd);
-    code = childMain(role, channel.get(), body, network);
-  }
-  fflush(stdout);
-  fflush(stderr);
-  // _exit: the child must not run gtest's remaining tests or the parent's atexit handlers.
-  _exit(code);
-}
-
-struct Child {
-  std::string role;
-  pid_t pid;
-  bool running = true;
-  int status = 0;
-};
-
-// Waits for every child; one that fails gets its partner a short grace period (it usually sees
-// the channel close and fails on its own), then whatever is left is killed.
-// True when a child could not isolate its network (the test is to be skipped).
-bool waitChildren(std::vector<Child>& children, double timeoutSec) {
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(timeoutSec));
-  bool anyFailed = false;
-  for (;;) {
-    bool anyRunning = false;
-    for (Child& child : children) {
-      if (!child.running) continue;
-      pid_t done = waitpid(child.pid, &child.status, WNOHANG);
-      if (done == child.pid) {
-        child.running = false;
-        removeSharedMemoryOf(child.pid);
-        if (!WIFEXITED(child.status) || WEXITSTATUS(child.status) != 0) {
-          if (!anyFailed) {
-            auto grace = Clock::now() + std::chrono::seconds(15);
-            if (grace < deadline) deadline = grace;
-          }
-          anyFailed = true;
-        }
-      } else {
-        anyRunning = true;
-      }
-    }
-    if (!anyRunning) break;
-    if (secondsLeft(deadline) <= 0) {
-      for (Child& child : children) {
-        if (!child.running) continue;
-        kill(child.pid, SIGKILL);
-        waitpid(child.pid, &child.status, 0);
-        removeSharedMemoryOf(child.pid);
-        child.running = false;
-        ADD_FAILURE() << "the " << child.role << " process (pid " << child.pid
-                      << ") did not finish in time and was killed"
-                      << (anyFailed ? " after its partner failed" : " (hang?)");
-        child.status = 0;  // reported already
-      }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  bool skipped = false;
-  for (const Child& child : children) {
-    if (WIFEXITED(child.status) && WEXITSTATUS(child.status) == kExitNoIsolation) {
-      skipped = true;
-      continue;
-    }
-    if (!WIFEXITED(child.status) || WEXITSTATUS(child.status) != 0)
-      ADD_FAILURE() << "the " << child.role << " process (pid " << child.pid << ") "
-                    << describeStatus(child.status) << " (its failures are printed above)";
-  }
-  return skipped;
+// A child that loads the plugin and runs `body`, talking to its partner over `keepFd` (closing
+// the partner's end `closeFd` first, so that either one's exit reads as EOF to the other).
+ProcessSpec pluginChild(const std::string& role, int keepFd, int closeFd, const Body& body,
+                        Network network = Network::kHost) {
+  return {role, [role, keepFd, closeFd, &body, network] {
+            if (closeFd >= 0) close(closeFd);
+            std::unique_ptr<Channel> channel;
+            if (keepFd >= 0) channel = std::make_unique<Channel>(keepFd);
+            return childMain(role, channel.get(), body, network);
+          }};
 }
 
 }  // namespace
-
-int failedParts() {
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  if (info == nullptr) return 0;
-  const ::testing::TestResult* result = info->result();
-  int failed = 0;
-  for (int i = 0; i < result->total_part_count(); ++i)
-    failed += result->GetTestPartResult(i).failed();
-  return failed;
-}
-
-std::string describeStatus(int status) {
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
-           strsignal(WTERMSIG(status)) + ")";
-  return "ended with wait status " + std::to_string(status);
-}
 
 Channel::~Channel() {
   close(fd_);
@@ -342,44 +274,134 @@ void openPlugin(Peer* peer) {
 void runTwoProcesses(const Body& sender, const Body& receiver, double timeoutSec) {
   int fds[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0) << strerror(errno);
-  std::vector<Child> children;
-  children.push_back({"receiver", forkChild("receiver", fds[1], fds[0], receiver)});
-  children.push_back({"sender", forkChild("sender", fds[0], fds[1], sender)});
-  // Both ends closed here, so a child that dies is seen as EOF by its partner.
-  close(fds[0]);
-  close(fds[1]);
-  for (const Child& child : children) {
-    ASSERT_GT(child.pid, 0) << "fork failed";
-  }
-  waitChildren(children, timeoutSec);
+  ProcessOptions options;
+  options.timeoutSec = timeoutSec;
+  // Both ends are closed here once the children have theirs, so that a child that dies is seen
+  // as EOF by its partner.
+  options.whileRunning = [&fds](const std::vector<pid_t>&) {
+    close(fds[0]);
+    close(fds[1]);
+  };
+  runProcesses({pluginChild("receiver", fds[1], fds[0], receiver),
+                pluginChild("sender", fds[0], fds[1], sender)},
+               options);
 }
 
 void runOneProcess(const Body& body, double timeoutSec, Network network) {
-  std::vector<Child> children;
-  children.push_back({"single", forkChild("single", -1, -1, body, network)});
-  ASSERT_GT(children[0].pid, 0) << "fork failed";
-  if (waitChildren(children, timeoutSec))
+  ProcessOptions options;
+  options.timeoutSec = timeoutSec;
+  options.skipStatus = kExitNoIsolation;
+  ProcessEnd end = runProcesses({pluginChild("single", -1, -1, body, network)}, options).front();
+  if (!end.timedOut && WIFEXITED(end.status) && WEXITSTATUS(end.status) == kExitNoIsolation)
     GTEST_SKIP() << "no network namespace available to isolate this test";
 }
 
-int runOneProcessRaw(const Body& body, double timeoutSec) {
-  pid_t pid = forkChild("single", -1, -1, body);
-  if (pid < 0) return -2;
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(timeoutSec));
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) != pid) {
-    if (secondsLeft(deadline) <= 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      removeSharedMemoryOf(pid);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+bool RankPeer::allGather(const void* mine, size_t size, void* all, double timeoutSec) {
+  auto* out = static_cast<uint8_t*>(all);
+  memcpy(out + static_cast<size_t>(rank) * size, mine, size);
+  // Small payloads (handles): every send fits the socket buffer, so send all, then receive.
+  for (int r = 0; r < nranks; ++r) {
+    if (r != rank && !links[static_cast<size_t>(r)]->send(mine, size)) return false;
   }
-  removeSharedMemoryOf(pid);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -3;
+  for (int r = 0; r < nranks; ++r) {
+    if (r == rank) continue;
+    if (!links[static_cast<size_t>(r)]->recv(out + static_cast<size_t>(r) * size, size,
+                                              timeoutSec)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool RankPeer::barrier(double timeoutSec) {
+  std::vector<char> all(static_cast<size_t>(nranks));
+  char token = 'B';
+  return allGather(&token, 1, all.data(), timeoutSec);
+}
+
+namespace {
+
+// Rank `rank`'s child: only its own ends of the socket pairs stay open, so that a rank that
+// dies is EOF to every other.
+int rankMain(int rank, int nranks, const std::vector<std::vector<int>>& fds,
+             const RankBody& body) {
+  for (int i = 0; i < nranks; ++i) {
+    for (int j = 0; j < nranks; ++j) {
+      int fd = fds[static_cast<size_t>(i)][static_cast<size_t>(j)];
+      if (fd >= 0 && i != rank) close(fd);
+    }
+  }
+  std::string role = "rank " + std::to_string(rank);
+  int failedBefore = failedParts();
+  g_role = role;
+  applyProviderEnvironment();
+  try {
+    SCOPED_TRACE("in the " + role + " process " + std::to_string(getpid()));
+    RankPeer peer;
+    peer.role = role;
+    peer.rank = rank;
+    peer.nranks = nranks;
+    peer.links.resize(static_cast<size_t>(nranks));
+    for (int r = 0; r < nranks; ++r) {
+      int fd = fds[static_cast<size_t>(rank)][static_cast<size_t>(r)];
+      if (fd >= 0) peer.links[static_cast<size_t>(r)] = std::make_unique<Channel>(fd);
+    }
+    openPlugin(&peer);
+    if (!::testing::Test::HasFatalFailure()) body(peer);
+    // Leave together, so that no rank sees another die with completions in flight; a rank that
+    // failed leaves at once (its partners see EOF).
+    if (failedParts() == failedBefore) {
+      for (auto& link : peer.links) {
+        if (link) link->finishBarrier(30);
+      }
+    }
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << role << ": uncaught exception: " << error.what();
+  } catch (...) {
+    ADD_FAILURE() << role << ": uncaught exception";
+  }
+  return failedParts() > failedBefore ? 1 : 0;
+}
+
+}  // namespace
+
+void runRanks(int nranks, const RankBody& body, double timeoutSec,
+              const std::set<int>& mayBeKilled) {
+  ASSERT_GE(nranks, 1);
+  // fds[i][j]: rank i's end of its pair with rank j.
+  std::vector<std::vector<int>> fds(static_cast<size_t>(nranks),
+                                    std::vector<int>(static_cast<size_t>(nranks), -1));
+  for (int i = 0; i < nranks; ++i) {
+    for (int j = i + 1; j < nranks; ++j) {
+      int pair[2];
+      ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0) << strerror(errno);
+      fds[static_cast<size_t>(i)][static_cast<size_t>(j)] = pair[0];
+      fds[static_cast<size_t>(j)][static_cast<size_t>(i)] = pair[1];
+    }
+  }
+  std::vector<ProcessSpec> specs;
+  for (int rank = 0; rank < nranks; ++rank) {
+    ProcessSpec spec{"rank " + std::to_string(rank),
+                     [rank, nranks, &fds, &body] { return rankMain(rank, nranks, fds, body); }};
+    if (mayBeKilled.count(rank) != 0) spec.ending = Ending::kKilled;
+    specs.push_back(std::move(spec));
+  }
+  ProcessOptions options;
+  options.timeoutSec = timeoutSec;
+  options.whileRunning = [&fds](const std::vector<pid_t>&) {
+    for (auto& row : fds) {
+      for (int& fd : row) {
+        if (fd >= 0) close(fd);
+        fd = -1;
+      }
+    }
+  };
+  runProcesses(specs, options);
+}
+
+int runOneProcessRaw(const Body& body, double timeoutSec) {
+  ProcessSpec spec = pluginChild("single", -1, -1, body);
+  return runChild(spec.body, timeoutSec);
 }
 
 }  // namespace nnf::test

@@ -1,13 +1,15 @@
 // Two-process harness for functional tests: the test body forks a sender and a receiver, each of
 // which dlopens the built plugin and drives it like NCCL, talking to the other over a socket
 // pair (listen handles, "go" signals). The parent only waits: a child's gtest failure, crash or
-// hang becomes a failure of the test in the parent, never a hang of the suite.
+// hang becomes a failure of the test in the parent, never a hang of the suite. The forking
+// itself is support/processes.h's, the one way tests fork.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 
 #include "nccl_net/net.h"
 #include "plugin_loader.h"
+#include "support/processes.h"
 
 namespace nnf::test {
 
@@ -81,7 +84,8 @@ using Body = std::function<void(Peer& peer)>;
 
 // Forks a sender and a receiver, runs each body after loading and initialising the plugin, and
 // waits at most timeoutSec for both. Failures in either child fail the calling test. Children
-// take FI_PROVIDER from NNF_TEST_PROVIDER when set, and FI_TCP_IFACE defaults to lo.
+// take FI_PROVIDER from NNF_TEST_PROVIDER when set, and FI_TCP_IFACE defaults to lo; a child also
+// sets the variables NNF_TEST_ENV_SENDER or NNF_TEST_ENV_RECEIVER lists ("NAME=VALUE;...").
 void runTwoProcesses(const Body& sender, const Body& receiver, double timeoutSec = 60);
 
 // Where a child's traffic may go. kIsolated puts the child in a network namespace of its own
@@ -97,17 +101,31 @@ void runOneProcess(const Body& body, double timeoutSec = 60, Network network = N
 // exit code, 128 + the signal that killed it, or -1 when it was killed at the timeout.
 int runOneProcessRaw(const Body& body, double timeoutSec);
 
+// A rank of a collective test (the RMA plugin's connect and regMrSym involve every rank): the
+// child's plugin as for two processes, and a channel to every other rank.
+struct RankPeer : Peer {
+  int rank = 0;
+  int nranks = 0;
+  std::vector<std::unique_ptr<Channel>> links;  // links[r]: to rank r (null for this rank)
+  // Every rank's `size` bytes, in rank order, into `all` (nranks * size bytes); false (a gtest
+  // failure) when a rank is gone or silent.
+  bool allGather(const void* mine, size_t size, void* all, double timeoutSec = 120);
+  bool barrier(double timeoutSec = 120);
+};
+using RankBody = std::function<void(RankPeer& peer)>;
+
+// Forks `nranks` processes ("rank 0", ...), each connected to every other by a socket pair, and
+// runs `body` in each after loading and initialising the plugin; waits at most timeoutSec. Ranks
+// in `mayBeKilled` may end by SIGKILL (a test killing one mid-run); any other end but success
+// fails the test.
+void runRanks(int nranks, const RankBody& body, double timeoutSec = 120,
+              const std::set<int>& mayBeKilled = {});
+
 // The ABI version the suite drives: NNF_TEST_ABI (v6 to v12, 0 for the newest exported), v8
 // when unset. Throws std::runtime_error for anything else.
 int testAbiVersion();
 
 // Loads the plugin and checks init/devices/getProperties; fatal failure when anything is off.
 void openPlugin(Peer* peer);
-
-// "exited with status N", "was killed by signal N (name)": a child's end for messages.
-std::string describeStatus(int status);
-
-// Failures recorded so far in the current test, so that a forked child judges only its own.
-int failedParts();
 
 }  // namespace nnf::test

@@ -87,32 +87,6 @@ constexpr KnownFailure kKnownFailures[] = {
     {"softefa+rdma*", "LargeMessage.OneAndAHalfGiBLandsWhole",
      "issue 24 defect 4: a write over 1 GiB is cut by EFA into pieces that each complete the "
      "receive"},
-    // libfabric 2.1: a long-read message (the efa provider's protocol from 1 MiB up) into a
-    // smaller receive fails its read (FI_ETRUNC) and efa_rdm_pke_proc_matched_longread_rtm
-    // releases its packet, which efa_rdm_pke_proc_tagrtm then releases again: heap corruption,
-    // a crash soon after. Fixed upstream in ofiwg/libfabric#11808 (2.3.x, 2.4.x). The plugin's
-    // drain receives for closed comms truncate on purpose, as does a truncating receive test.
-    {"softefa", "Close.MessagesForClosedCommsAreDrained",
-     "libfabric 2.1's efa provider double-frees the packet of a truncated long-read message "
-     "(ofiwg/libfabric#11808); the drain receives of closed comms truncate"},
-    {"softefa", "Connections.ClosingWithRequestsPostedIsSafe",
-     "libfabric 2.1's efa provider double-frees the packet of a truncated long-read message "
-     "(ofiwg/libfabric#11808); the drain receive of closed comm B truncates its 1 MiB send"},
-    {"softefa", "Sizes/TruncatingReceive.FailsTheReceiveWithOneWarn/4194304Into1048576",
-     "libfabric 2.1's efa provider double-frees the packet of a truncated long-read message "
-     "(ofiwg/libfabric#11808)"},
-    // The same double free: the survivor's drain receive for the closed comm gets the killed
-    // peer's message of 1 MiB, which it truncates.
-    {"softefa*", "Close/CloseKilledPeer.CloseReturnsWithinHalfASecond/CloseRecv",
-     "libfabric 2.1's efa provider double-frees the packet of a truncated long-read message "
-     "(ofiwg/libfabric#11808); the drain receive of the closed comm truncates the dead peer's "
-     "1 MiB message"},
-    // The close of a comm whose large receives the efa provider has matched (long-read reads in
-    // progress) cannot cancel them (fi_cancel finds nothing to cancel); the processes crash in
-    // efa_rdm_pke_read once the test frees the buffers after the close.
-    {"softefa", "Close/Abort.CloseWithRequestsInFlightThenFreeTheBuffers/*",
-     "the efa provider keeps reading into receives the close could not cancel (long-read in "
-     "progress); crash in efa_rdm_pke_read after the buffers are freed"},
 };
 
 // The reason `name` (suite.test) is known to fail on `provider`, nullptr when none.

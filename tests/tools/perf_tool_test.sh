@@ -48,6 +48,27 @@ MIN_ROWS=4 check_mode lat lat -b 8 -e 4K -f 8 -n 100
 MIN_ROWS=6 check_mode msgrate msgrate -b 8 -e 4K -f 8 --comms 2 -n 300 --repeat 2
 MIN_ROWS=3 check_mode alltoall alltoall -b 1K -e 64K -f 8 --ranks 3 -n 5
 
+# The posting orders of issue 28 (rounds of a window, each ended by the acknowledgement), every
+# byte checked, with busy loops beside the ranks; the table says both, and the busy loops end
+# with the run (none of this run's children is left spinning).
+for order in ahead step behind; do
+  MIN_ROWS=2 check_mode "order-$order" bw -b 4K -e 8K -n 100 --order "$order" --load 1
+  grep -q "^# order: $order (rounds of 32 messages a comm" "$out/order-$order.txt" ||
+    fail "order $order: no order line"
+  grep -q '^# load: 1 busy-looping process beside the ranks$' "$out/order-$order.txt" ||
+    fail "order $order: no load line"
+done
+MIN_ROWS=2 check_mode order-msgrate msgrate -b 64 -e 64 --comms 2 -n 200 --order behind
+# The busy loops end with the tool: run it as a session of its own, then look for its members.
+setsid "$perf" bw --provider "$provider" -q -b 4K -e 4K -n 50 --order step --load 2 >/dev/null \
+  2>"$out/load.err" &
+session=$!
+wait "$session" || fail "--load 2: exit status $? ($(tail -3 "$out/load.err"))"
+sleep 0.5
+left=$({ ps -o pid= -s "$session" || true; } | wc -l)
+[[ "$left" -eq 0 ]] || fail "--load: $left processes of the run still there after it ended"
+echo "ok: --order, --load"
+
 # Without -n the count comes from the warm-up (--time); both ranks must agree on it or the
 # run hangs, and the measured count is at least the fixed minimum.
 "$perf" msgrate --provider "$provider" -q -b 64 -e 64 --comms 1 --time 20 --csv "$out/timed.csv" \
@@ -83,7 +104,8 @@ grep -q 'no mismatch' "$out/listen.txt" || fail "two hosts: no data-check line"
 echo "ok: --listen / --connect"
 
 # Refusals: a bad command line exits 2 with a message; a plugin that cannot load fails the run.
-for args in "bw -f 1" "bw --window 33" "nosuchmode" "bw -b 2M -e 1M" "bw --listen 1 --connect h:2"; do
+for args in "bw -f 1" "bw --window 33" "nosuchmode" "bw -b 2M -e 1M" "bw --listen 1 --connect h:2" \
+  "lat --order ahead" "bw --order sideways" "bw --load 65"; do
   status=0
   # shellcheck disable=SC2086
   "$perf" $args >/dev/null 2>"$out/bad.err" || status=$?

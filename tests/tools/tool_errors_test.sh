@@ -42,6 +42,10 @@ expect "info, bad value" 1 '^fabric-net-info: invalid configuration' 'NCCL_FABRI
 # One story: nothing planned or printed before the refusal, no "using defaults".
 [[ ! -s "$out/stdout" && $(wc -l <"$out/stderr") -eq 1 ]] ||
   fail "info, bad value: more than the one line ($(cat "$out/stdout" "$out/stderr"))"
+# A malformed rail grouping is refused by the plan, before anything is printed, as init refuses it.
+expect "info, bad rails" 1 '^fabric-net-info: invalid configuration' 'NCCL_FABRIC_RAILS=";"' \
+  'empty group' -- env FI_PROVIDER=shm 'NCCL_FABRIC_RAILS=;' "$info"
+[[ ! -s "$out/stdout" ]] || fail "info, bad rails: printed before the refusal"
 expect "info, offline, bad value" 1 'NCCL_FABRIC_MAX_RECVS=0' '1\.\.8' -- \
   env NCCL_FABRIC_MAX_RECVS=0 "$info" --topology /nonexistent.xml
 
@@ -62,3 +66,14 @@ FI_PROVIDER=shm "$info" >"$out/stdout" 2>"$out/stderr" || status=$?
 [[ $status -eq 0 ]] || fail "info, clean start: exit status $status ($(tail -n 1 "$out/stderr"))"
 grep -q 'ncclNetPlugin_v12' "$out/stdout" || fail "info, clean start: not loaded through v12"
 echo "ok: info, clean start through ncclNetPlugin_v12"
+# The plan the tool prints is what the loaded plugin reports, device for device.
+for provider in shm tcp; do
+  FI_PROVIDER=$provider "$info" >"$out/stdout" 2>"$out/stderr" ||
+    fail "info on $provider: $(tail -n 1 "$out/stderr")"
+  devices=$(sed -n 's/^  \([0-9]*\) device(s)$/\1/p' "$out/stdout")
+  planned=$(grep -c 'as planned$' "$out/stdout")
+  [[ -n $devices && $devices -ge 1 && $planned -eq $devices ]] &&
+    ! grep -q 'differs from the plan' "$out/stdout" ||
+    fail "info on $provider: $planned of ${devices:-?} plugin device(s) as planned: $(grep -A3 '^  dev ' "$out/stdout")"
+  echo "ok: info on $provider: the plugin's $devices device(s) are as planned"
+done

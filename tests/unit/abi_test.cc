@@ -1,5 +1,5 @@
 // The built library as NCCL's loader sees it: the v8 symbol, a complete function table, and no
-// other exported symbols than the v6 to v12 tables (functional/abi_versions_test.cc checks those)
+// other exported symbols than the net v6 to v12 and RMA v13 to v15 tables (functional/abi_versions_test.cc checks those)
 // (anything else would clash with NCCL or another plugin in the process).
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -85,22 +85,27 @@ TEST_F(AbiTest, ExportsOnlyPluginSymbols) {
     // Lower-case kinds are local; only global (upper-case) and unique (u) ones are visible.
     bool global = (kind.size() == 1 && isupper(static_cast<unsigned char>(kind[0]))) || kind == "u";
     if (!global || kind == "A" || allowed.count(name) != 0) continue;
-    if (name.rfind("ncclNetPlugin_", 0) == 0) {
+    if (name.rfind("ncclNetPlugin_", 0) == 0 || name.rfind("ncclRmaPlugin_", 0) == 0) {
       plugin.insert(name);
       continue;
     }
     // AddressSanitizer builds add a one-definition-rule indicator beside each exported global.
-    if (name.rfind("__odr_asan.ncclNetPlugin_", 0) == 0) continue;
+    if (name.rfind("__odr_asan.ncclNetPlugin_", 0) == 0 ||
+        name.rfind("__odr_asan.ncclRmaPlugin_", 0) == 0)
+      continue;
     leaked << "  " << kind << " " << name << "\n";
   }
   int status = pclose(pipe);
   ASSERT_EQ(status, 0) << "nm failed:\n" << output;
-  // Every version NCCL 2.12 to 2.30 can load, and nothing else (no collnet, no v5 and older).
+  // Every net version NCCL 2.12 to 2.30 can load, the RMA tables NCCL 2.30 and 2.31 look for in
+  // the net plugin library, and nothing else (no collnet, no v5 and older, no GIN table: NCCL
+  // would take an ncclGinPlugin_v13 for a full GIN plugin).
   const std::set<std::string> versions = {
-      "ncclNetPlugin_v6",  "ncclNetPlugin_v7",  "ncclNetPlugin_v8", "ncclNetPlugin_v9",
-      "ncclNetPlugin_v10", "ncclNetPlugin_v11", "ncclNetPlugin_v12"};
+      "ncclNetPlugin_v6",  "ncclNetPlugin_v7",  "ncclNetPlugin_v8",  "ncclNetPlugin_v9",
+      "ncclNetPlugin_v10", "ncclNetPlugin_v11", "ncclNetPlugin_v12", "ncclRmaPlugin_v13",
+      "ncclRmaPlugin_v14", "ncclRmaPlugin_v15"};
   EXPECT_EQ(plugin, versions) << output;
-  EXPECT_EQ(leaked.str(), "") << "symbols exported besides ncclNetPlugin_*:\n" << leaked.str();
+  EXPECT_EQ(leaked.str(), "") << "symbols exported besides the plugin tables:\n" << leaked.str();
 }
 
 }  // namespace

@@ -120,6 +120,8 @@ const ShippedDefault kShippedDefaults[] = {
     // Healthy ranks wait for hours (checkpoints, evaluation): no request timeout unless asked.
     {Param::kRequestTimeoutS, "NCCL_FABRIC_REQUEST_TIMEOUT_S", "0", 0},
     {Param::kSequenceStart, "NCCL_FABRIC_SEQUENCE_START", "0", 0},
+    // A collective set-up waits for every rank; five minutes covers a slow rank's start.
+    {Param::kRmaSetupTimeoutMs, "NCCL_FABRIC_RMA_SETUP_TIMEOUT_MS", "300000", 300000},
 };
 
 TEST(ConfigLoad, ShippedDefaultsAreTheOnesWrittenHere) {

@@ -2,10 +2,13 @@
 // src/ and include/ is checked against the table below, so that an upward include fails here
 // instead of growing into a cycle. Top to bottom:
 //   abi (the ABI shims and the plugin's assembly)
-//   protocol (sendrecv, rdma: plugged into core through core/protocol.h)
+//   protocol (sendrecv, rdma: plugged into core through core/protocol.h), and beside it
+//   rma (the one-sided RMA plugin's core: it runs on core's devices, which hand it its peers'
+//   writes through core/remote_writes.h)
 //   core (plugin, devices, comms, requests)
 //   memory, topology, platform, fabric, config, log
-//   include/nccl_net (NCCL's ABI declarations): types.h for every layer, the tables for abi alone.
+//   include/nccl_net (NCCL's ABI declarations): types.h for every layer, the tables for abi alone;
+//   include/nccl_rma (the RMA plugin's tables, over nccl_net's properties): abi alone.
 #include <dirent.h>
 
 #include <fstream>
@@ -26,9 +29,10 @@ namespace {
 // the rest of include/nccl_net.
 const std::map<std::string, std::set<std::string>> kMayInclude = {
     {"abi",
-     {"protocol", "core", "memory", "topology", "platform", "fabric", "config", "log", "types",
-      "nccl_net"}},
+     {"protocol", "rma", "core", "memory", "topology", "platform", "fabric", "config", "log",
+      "types", "nccl_net", "nccl_rma"}},
     {"protocol", {"core", "memory", "platform", "fabric", "config", "log", "types"}},
+    {"rma", {"core", "memory", "platform", "fabric", "config", "log", "types"}},
     {"core", {"memory", "topology", "platform", "fabric", "config", "log", "types"}},
     {"memory", {"fabric", "config", "log", "types"}},
     {"topology", {"config", "log", "types"}},
@@ -37,6 +41,7 @@ const std::map<std::string, std::set<std::string>> kMayInclude = {
     {"config", {"log", "types"}},
     {"log", {"types"}},
     {"nccl_net", {"types"}},
+    {"nccl_rma", {"nccl_net", "types"}},
 };
 
 // Upward includes that are known and scheduled to go (issue 25: core gets its protocol from a
@@ -128,6 +133,12 @@ TEST(Layers, TheTableRefusesWhatPointsUp) {
   EXPECT_TRUE(allowed("protocol", "core/protocol.h"));
   EXPECT_TRUE(allowed("memory", "nccl_net/types.h"));
   EXPECT_TRUE(allowed("abi", "nccl_net/net.h"));
+  EXPECT_FALSE(allowed("rma", "protocol/rdma.h")) << "rma sits beside protocol, not above it";
+  EXPECT_FALSE(allowed("protocol", "rma/group.h"));
+  EXPECT_FALSE(allowed("core", "rma/engine.h")) << "core hands writes out through an interface";
+  EXPECT_FALSE(allowed("rma", "nccl_rma/rma_v14.h")) << "only the shims see the tables";
+  EXPECT_TRUE(allowed("abi", "nccl_rma/rma.h"));
+  EXPECT_TRUE(allowed("rma", "core/remote_writes.h"));
 }
 
 }  // namespace

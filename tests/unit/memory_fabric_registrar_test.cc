@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "memory/mr_cache.h"
-#include "memory/recording_registrar.h"
+#include "support/recording_registrar.h"
 
 namespace nnf::memory {
 namespace {
+
+using test::RecordingRegistrar;
 
 struct Variant {
   const char* provider;

@@ -28,13 +28,13 @@
 
 #include "log/log.h"
 #include "memory/fabric_registrar.h"
-#include "memory/recording_registrar.h"
+#include "support/recording_registrar.h"
 
 namespace nnf::core {
 namespace {
 
 using memory::MemType;
-using memory::RecordingRegistrar;
+using test::RecordingRegistrar;
 
 // --- WARN capture ------------------------------------------------------------------------------
 

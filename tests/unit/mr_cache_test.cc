@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "config/config.h"
-#include "memory/recording_registrar.h"
+#include "support/recording_registrar.h"
 
 namespace nnf::memory {
 namespace {
+
+using test::RecordingRegistrar;
 
 constexpr size_t kPage = 4096;
 constexpr uintptr_t kBase = 0x10000000;

@@ -52,7 +52,7 @@ TEST(RdmaEagerWire, SequenceNumbersBehindTheNextOneAcrossTheWrap) {
   EXPECT_FALSE(behind(1, 65535));
 }
 
-TEST(RdmaEagerCredits, NothingGoesBeforeTheGrantAndSixteenAtMostAfterIt) {
+TEST(RdmaEagerCredits, NothingGoesBeforeTheGrantAndEveryEntryAtMostAfterIt) {
   EagerCredits credits;
   uint32_t entry;
   EXPECT_FALSE(credits.take(&entry));
@@ -61,7 +61,7 @@ TEST(RdmaEagerCredits, NothingGoesBeforeTheGrantAndSixteenAtMostAfterIt) {
     ASSERT_TRUE(credits.take(&entry));
     EXPECT_EQ(entry, i);
   }
-  EXPECT_FALSE(credits.take(&entry)) << "a 17th entry while 16 are held";
+  EXPECT_FALSE(credits.take(&entry)) << "one entry more than there are";
   credits.onCredits(4);
   for (uint32_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(credits.take(&entry));
@@ -78,6 +78,63 @@ TEST(RdmaEagerCredits, AnOlderCreditWriteArrivingLateChangesNothing) {
   credits.onCredits(8);
   credits.onCredits(4);  // sent before the 8, overtaken on the way
   EXPECT_EQ(credits.inUse(), kEagerEntries - 8);
+}
+
+TEST(RdmaEagerWire, EveryBounceEntryTravelsInTheEagerWrite) {
+  for (uint32_t entry = 0; entry < kEagerEntries; ++entry) {
+    Immediate eager = decode(encodeEager(kMaxCommId, entry));
+    ASSERT_EQ(eager.kind, ImmKind::kEager);
+    ASSERT_EQ(eager.commId, kMaxCommId);
+    ASSERT_EQ(eager.slot, entry);
+  }
+}
+
+TEST(RdmaEagerWire, TheHeaderAheadAndTheSendersLimitDecodeToWhatWasEncoded) {
+  Immediate header = decode(encodeEagerHeader(777, kEagerEntries - 1));
+  EXPECT_EQ(header.kind, ImmKind::kEagerHeader);
+  EXPECT_EQ(header.commId, 777u);
+  EXPECT_EQ(header.slot, kEagerEntries - 1);
+  EXPECT_EQ(encodeEagerHeader(kMaxCommId, kEagerEntries - 1) >> 32, 0u) << "EFA carries 32 bits";
+  // The limit travels in units of 64 bytes, rounded down: the receiver never leaves a receive
+  // undescribed for a message the sender would not send eagerly.
+  for (size_t bytes : {size_t{0}, size_t{63}, size_t{4080}, size_t{4096}, size_t{8192}}) {
+    Immediate limit = decode(encodeEagerLimit(kMaxCommId, bytes));
+    EXPECT_EQ(limit.kind, ImmKind::kEagerLimit);
+    EXPECT_EQ(limit.commId, kMaxCommId);
+    EXPECT_EQ(limit.count, bytes / kEagerLimitUnit * kEagerLimitUnit) << bytes << " bytes";
+  }
+  EXPECT_EQ(decode(encodeEagerLimit(1, 1u << 20)).count, 255 * kEagerLimitUnit);
+}
+
+TEST(RdmaEagerWire, AMessageWithoutItsHeaderCarriesItsSequenceNumberAndLength) {
+  Immediate implied = decode(encodeEagerImplied(kMaxCommId, kEagerEntries - 1, 65535, 4096));
+  EXPECT_EQ(implied.kind, ImmKind::kEagerImplied);
+  EXPECT_EQ(implied.commId, kMaxCommId);
+  EXPECT_EQ(implied.slot, kEagerEntries - 1);
+  EXPECT_EQ(implied.count, 65535u);
+  EXPECT_EQ(implied.length, 4096u);
+  Immediate none = decode(encodeEagerImplied(3, 0, 0, 0));
+  EXPECT_EQ(none.kind, ImmKind::kEagerImplied);
+  EXPECT_EQ(none.count, 0u);
+  EXPECT_EQ(none.length, 0u);
+}
+
+TEST(RdmaEagerInbox, MessagesTakenInAnyOrderAreFoundWhereverTheyAre) {
+  EagerInbox inbox;
+  for (uint32_t e = 0; e < kEagerEntries; ++e) {
+    ASSERT_TRUE(inbox.land(e, 1 + static_cast<int32_t>(e % 2), static_cast<uint16_t>(e), 10));
+  }
+  // In order, then backwards: the look-ahead from the last entry found must not hide any.
+  for (uint32_t e = 0; e < kEagerEntries / 2; ++e) {
+    ASSERT_EQ(inbox.find(1 + static_cast<int32_t>(e % 2), static_cast<uint16_t>(e)), e);
+    inbox.free(e);
+  }
+  for (uint32_t e = kEagerEntries; e-- > kEagerEntries / 2;) {
+    ASSERT_EQ(inbox.find(1 + static_cast<int32_t>(e % 2), static_cast<uint16_t>(e)), e);
+    inbox.free(e);
+  }
+  EXPECT_EQ(inbox.held(), 0u);
+  EXPECT_EQ(inbox.freed(), kEagerEntries);
 }
 
 TEST(RdmaEagerInbox, EntriesFreedOutOfOrderAreReturnedInEagerOrder) {
@@ -99,10 +156,14 @@ TEST(RdmaEagerSlot, AnEagerMessageAndItsVoidMeetInEitherOrder) {
     SlotProgress slot;
     uint64_t sizes[2] = {100, 100};
     slot.arm(2, sizes);
-    if (voidFirst) ASSERT_TRUE(slot.onVoid(0));
+    if (voidFirst) {
+      ASSERT_TRUE(slot.onVoid(0));
+    }
     EXPECT_EQ(slot.onEager(0, 50), SegmentOutcome::kComplete);
     EXPECT_EQ(slot.voidsOwed(), !voidFirst);
-    if (!voidFirst) ASSERT_TRUE(slot.onVoid(0));
+    if (!voidFirst) {
+      ASSERT_TRUE(slot.onVoid(0));
+    }
     EXPECT_FALSE(slot.voidsOwed());
     uint64_t total = 0;
     EXPECT_EQ(slot.onSegment(0, 1, 10, &total), SegmentOutcome::kInvalid)

@@ -1,5 +1,6 @@
 // Plans for real EC2 machines from their `lstopo` dumps (../shared/fixtures/hwloc), with the EFA
-// NICs of each dump as the NIC list, as fabric-net-info --topology does.
+// NICs of each dump as the NIC list (the topology layer alone; fabric-net-info --topology runs
+// the plugin's whole plan on them: tests/tools/info_plan_test.cc).
 #include <gtest/gtest.h>
 
 #include "support/test_env.h"

@@ -23,6 +23,8 @@ class PluginLibrary {
   void unload();
 
   const abi::NetV8& net() const { return *net_; }
+  // The dlopen handle (the RMA tables are found in the same library: rma_loader.h).
+  void* handle() const { return handle_; }
   const std::string& path() const { return path_; }
   int version() const { return version_; }
 

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "plugin_loader.h"
+#include "topology/pci_address.h"
 
 namespace nnf::tools {
 namespace {
@@ -54,70 +55,61 @@ std::string ptrSupportText(int bits) {
   return out.empty() ? "none" : out;
 }
 
-// "tcp;ofi_rxm" is the tcp provider under the rxm utility layer.
-std::string baseProvider(const std::string& name) {
-  return name.substr(0, name.find(';'));
+// What the plugin reports for a device against what the plan says it is; "" when they agree.
+// Disagreement means the plugin is another build than the tool, or a device failed to open.
+std::string planDifference(const core::DeviceSpec& spec, const abi::PropertiesV8& props) {
+  const core::DeviceProperties& planned = spec.properties;
+  std::string name = props.name != nullptr ? props.name : "";
+  std::string pciPath = props.pciPath != nullptr ? props.pciPath : "";
+  std::string out;
+  auto differ = [&out](const std::string& what) { out += (out.empty() ? "" : ", ") + what; };
+  if (name != planned.name) differ("name (plan: " + planned.name + ")");
+  if (pciPath != planned.pciPath) differ("pciPath (plan: " + planned.pciPath + ")");
+  if (props.guid != planned.guid) differ("guid");
+  if (props.speed != planned.speedMbps) {
+    differ("speed (plan: " + std::to_string(planned.speedMbps) + " Mbps)");
+  }
+  return out;
 }
 
 }  // namespace
 
-std::vector<ProviderEntry> listRdmProviders() {
-  fi_info* hints = fi_allocinfo();
-  if (hints == nullptr) throw std::runtime_error("fi_allocinfo failed");
-  hints->ep_attr->type = FI_EP_RDM;
-  fi_info* info = nullptr;
-  int rc = fi_getinfo(fi_version(), nullptr, nullptr, 0, hints, &info);
-  fi_freeinfo(hints);
-  std::vector<ProviderEntry> out;
-  if (rc == -FI_ENODATA) return out;
-  if (rc != 0) throw std::runtime_error(std::string("fi_getinfo: ") + fi_strerror(-rc));
-  for (fi_info* cur = info; cur != nullptr; cur = cur->next) {
-    ProviderEntry entry;
-    entry.provider =
-        cur->fabric_attr && cur->fabric_attr->prov_name ? cur->fabric_attr->prov_name : "?";
-    entry.fabric = cur->fabric_attr && cur->fabric_attr->name ? cur->fabric_attr->name : "";
-    entry.domain = cur->domain_attr && cur->domain_attr->name ? cur->domain_attr->name : "";
-    entry.nic.name = entry.domain;
-    if (cur->nic != nullptr) {
-      if (cur->nic->device_attr != nullptr && cur->nic->device_attr->name != nullptr)
-        entry.nic.name = cur->nic->device_attr->name;
-      const fi_bus_attr* bus = cur->nic->bus_attr;
-      if (bus != nullptr && bus->bus_type == FI_BUS_PCI) {
-        const fi_pci_attr& pci = bus->attr.pci;
-        entry.nic.pci =
-            topology::PciAddress{pci.domain_id, pci.bus_id, pci.device_id, pci.function_id};
-      }
-      if (cur->nic->link_attr != nullptr && cur->nic->link_attr->speed > 0)
-        entry.nic.speedMbps = (int64_t)(cur->nic->link_attr->speed / 1000000);
+void printProviders(FILE* out, const fabric::InfoQuery& query, const std::string& chosen) {
+  fabric::InfoPtr all;
+  try {
+    all = query(*fabric::makeHints().get());
+  } catch (const std::exception& e) {
+    fprintf(out, "  %s\n", e.what());
+  }
+  if (!all) fprintf(out, "  none\n");
+  // libfabric lists one fi_info per capability set; one line per provider and domain is enough.
+  std::set<std::string> shown;
+  for (const fi_info* info = all.get(); info != nullptr; info = info->next) {
+    std::string provider = info->fabric_attr->prov_name;
+    std::string domain = info->domain_attr->name;
+    if (!shown.insert(provider + "/" + domain).second) continue;
+    std::string pci = "-";
+    std::string speed = "-";
+    if (info->nic != nullptr && info->nic->bus_attr != nullptr &&
+        info->nic->bus_attr->bus_type == FI_BUS_PCI) {
+      const fi_pci_attr& attr = info->nic->bus_attr->attr.pci;
+      pci =
+          topology::PciAddress{attr.domain_id, attr.bus_id, attr.device_id, attr.function_id}.str();
     }
-    out.push_back(std::move(entry));
+    if (info->nic != nullptr && info->nic->link_attr != nullptr &&
+        info->nic->link_attr->speed > 0) {
+      speed = std::to_string(info->nic->link_attr->speed / 1000000) + " Mbps";
+    }
+    const char* note = provider == chosen                   ? "  (chosen)"
+                       : fabric::skippedByDefault(provider) ? "  (too slow: used only when named)"
+                                                            : "";
+    fprintf(out, "  %-12s domain %-20s pci %-12s speed %s%s\n", provider.c_str(), domain.c_str(),
+            pci.c_str(), speed.c_str(), note);
   }
-  fi_freeinfo(info);
-  return out;
 }
 
-std::string pickProvider(const std::vector<ProviderEntry>& entries, const std::string& wanted) {
-  if (!wanted.empty()) return wanted;
-  for (const ProviderEntry& e : entries)
-    if (baseProvider(e.provider) == "efa") return e.provider;
-  return entries.empty() ? "" : entries.front().provider;
-}
-
-std::vector<topology::Nic> nicsOf(const std::vector<ProviderEntry>& entries,
-                                  const std::string& provider, int64_t defaultMbps) {
-  std::vector<topology::Nic> nics;
-  std::set<std::string> domains;
-  for (const ProviderEntry& e : entries) {
-    bool match = e.provider == provider || baseProvider(e.provider) == provider;
-    if (!match || !domains.insert(e.domain).second) continue;
-    topology::Nic nic = e.nic;
-    if (nic.speedMbps <= 0) nic.speedMbps = defaultMbps;
-    nics.push_back(std::move(nic));
-  }
-  return nics;
-}
-
-bool printPluginDevices(FILE* out, const std::string& path, std::string* failure) {
+bool printPluginDevices(FILE* out, const std::string& path, const core::NetworkPlan* plan,
+                        std::string* failure) {
   try {
     PluginLibrary plugin(path);
     const abi::NetV8& net = plugin.net();
@@ -135,6 +127,10 @@ bool printPluginDevices(FILE* out, const std::string& path, std::string* failure
       return false;
     }
     fprintf(out, "  %d device(s)\n", count);
+    if (plan != nullptr && static_cast<size_t>(count) != plan->devices.specs.size()) {
+      fprintf(out, "  differs from the plan, which has %zu device(s)\n",
+              plan->devices.specs.size());
+    }
     for (int dev = 0; dev < count; ++dev) {
       abi::PropertiesV8 props{};
       rc = net.getProperties(dev, &props);
@@ -151,6 +147,12 @@ bool printPluginDevices(FILE* out, const std::string& path, std::string* failure
               props.guid, ptrSupportText(props.ptrSupport).c_str(), props.regIsGlobal, props.speed,
               props.port, props.latency, props.maxComms, props.maxRecvs, (int)props.netDeviceType,
               props.netDeviceVersion);
+      if (plan != nullptr && static_cast<size_t>(dev) < plan->devices.specs.size()) {
+        std::string difference = planDifference(plan->devices.specs[dev], props);
+        fprintf(
+            out, "         %s\n",
+            difference.empty() ? "as planned" : ("differs from the plan: " + difference).c_str());
+      }
     }
     return true;
   } catch (const std::exception& e) {

@@ -14,6 +14,7 @@
 #include "bootstrap.h"
 #include "comms.h"
 #include "config/config.h"
+#include "load.h"
 #include "options.h"
 #include "patterns.h"
 #include "plugin_engine.h"
@@ -222,6 +223,9 @@ int main(int argc, char** argv) {
   std::string pluginPath =
       opts.pluginPath.empty() ? tools::defaultPluginPath(NNF_PLUGIN_PATH) : opts.pluginPath;
   RankBody body = [&](Bootstrap& boot) { return rankMain(boot, opts, provider, pluginPath); };
+  // Started before the ranks, so that both engines run under it from their first message.
+  BusyLoad load;
+  if (!load.start(opts.load)) return 1;
   if (opts.twoHosts())
     return runTwoHosts(opts.listen, opts.connectHost, opts.port, agreementKey(opts), body);
   bool pin = opts.pinned() && enoughCpusToPin(opts.numRanks());

@@ -129,6 +129,20 @@ const char* modeName(Mode mode) {
   return "?";
 }
 
+const char* orderName(Order order) {
+  switch (order) {
+    case Order::kFree:
+      return "free";
+    case Order::kAhead:
+      return "ahead";
+    case Order::kStep:
+      return "step";
+    case Order::kBehind:
+      return "behind";
+  }
+  return "?";
+}
+
 void printUsage(const char* argv0) {
   std::printf(
       "Usage: %s [MODE] [options]\n"
@@ -172,6 +186,12 @@ void printUsage(const char* argv0) {
       "  --listen [PORT]   two hosts: wait for the peer on PORT (default 18515); prints results\n"
       "  --connect H:PORT  two hosts: connect to the listening side\n"
       "  --pin, --no-pin   local ranks on distinct CPUs or not (default: pinned for lat only)\n"
+      "  --load N          N busy-looping processes beside the ranks (0..64; each side of a\n"
+      "                    two-host run starts its own)\n"
+      "  --order ORDER     bw, msgrate: rounds of --window messages, each ended by the\n"
+      "                    acknowledgement; the receiver posts a round's receives before the\n"
+      "                    sender starts it (ahead), as the sender starts (step), or once the\n"
+      "                    sender has posted the round's sends (behind)\n"
       "  -q, --quiet       no progress on stderr\n"
       "  -h, --help        this text\n\n"
       "Local runs on tcp use FI_TCP_IFACE=lo unless it is set.\n",
@@ -297,6 +317,25 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
         return false;
       }
       opts.connectHost = hp.substr(0, colon);
+    } else if (arg == "--load") {
+      if (!value(&v)) return false;
+      if (!parseInt(v, 0, 64, &opts.load)) {
+        *error = "--load: '" + std::string(v) + "' is not an integer in 0..64";
+        return false;
+      }
+    } else if (arg == "--order") {
+      if (!value(&v)) return false;
+      std::string order = v;
+      if (order == "ahead") {
+        opts.order = Order::kAhead;
+      } else if (order == "step") {
+        opts.order = Order::kStep;
+      } else if (order == "behind") {
+        opts.order = Order::kBehind;
+      } else {
+        *error = "--order: '" + order + "' is not an order (ahead, step, behind)";
+        return false;
+      }
     } else if (arg == "--pin" || arg == "--no-pin") {
       opts.pin = arg == "--pin" ? 1 : 0;
     } else if (arg == "-q" || arg == "--quiet") {
@@ -307,6 +346,10 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
     }
   }
   if (commsMode && !checkCommsOptions(&opts, error)) return false;
+  if (opts.order != Order::kFree && opts.mode != Mode::kBw && opts.mode != Mode::kMsgrate) {
+    *error = "--order: bw and msgrate only (one rank sends, the other receives)";
+    return false;
+  }
   if (!opts.runPlugin && !opts.runRaw) {
     *error = "--plugin-only and --raw-only exclude each other";
     return false;
@@ -379,9 +422,12 @@ std::string agreementKey(const Options& opts) {
                 modeName(opts.mode), opts.minBytes, opts.maxBytes, opts.factor, opts.iters,
                 opts.warmup, opts.timeMs, opts.repeat, opts.window, opts.comms, opts.runPlugin,
                 opts.runRaw, opts.fullCheck);
-  // Appended only when set, so that the key of a default run stays what it was.
-  if (opts.rawRma) return std::string(key) + " raw=rma";
-  return key;
+  // Appended only when set, so that the key of a default run stays what it was. The load is
+  // each side's own.
+  std::string agreed = key;
+  if (opts.rawRma) agreed += " raw=rma";
+  if (opts.order != Order::kFree) agreed += std::string(" order=") + orderName(opts.order);
+  return agreed;
 }
 
 }  // namespace nnf::perf

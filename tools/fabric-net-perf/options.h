@@ -11,6 +11,12 @@ enum class Mode { kBw, kBibw, kLat, kMsgrate, kAlltoall, kComms };
 
 const char* modeName(Mode mode);
 
+// --order: when the receiver posts its receives relative to the sender's sends, round by round
+// (bw, msgrate). kFree: no rounds, bursts of kBurstMessages as without the option.
+enum class Order { kFree, kAhead, kStep, kBehind };
+
+const char* orderName(Order order);
+
 struct Options {
   Mode mode = Mode::kBw;
   size_t minBytes = 0;  // 0 with minSet=false: the mode's default
@@ -31,6 +37,8 @@ struct Options {
   bool rawRma = false;  // --raw rma: the raw engine writes (fi_writedata) instead of tagged sends
   bool fullCheck = false;
   bool quiet = false;
+  int load = 0;  // --load N: busy-looping processes beside the ranks (load.h)
+  Order order = Order::kFree;
   // Local ranks on distinct CPUs (when there are enough): -1 lat only, 0 never, 1 always.
   // Measured on a loaded 2-CPU machine: pinning keeps two spinning ping-pong ranks from being
   // stacked on one CPU, but costs the streaming modes the scheduler's freedom to dodge load.

@@ -129,6 +129,13 @@ void printTable(const Report& r, FILE* out) {
                  anyRow(r, 0).comms);
   if (r.opts.mode == Mode::kBibw) std::fprintf(out, "# bibw: GB/s of both directions together\n");
   if (isLat(r)) std::fprintf(out, "# lat: half round trip, ratio = raw median / plugin median\n");
+  if (r.opts.order != Order::kFree)
+    std::fprintf(out,
+                 "# order: %s (rounds of %d messages a comm, each ended by the acknowledgement)\n",
+                 orderName(r.opts.order), r.opts.window);
+  if (r.opts.load > 0)
+    std::fprintf(out, "# load: %d busy-looping process%s beside the ranks\n", r.opts.load,
+                 r.opts.load > 1 ? "es" : "");
   std::fprintf(out, "#\n");
   std::string head1 = "#       size  comms    count  window", head2 = "#        (B)";
   head2.resize(head1.size(), ' ');

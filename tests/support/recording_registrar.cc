@@ -1,8 +1,8 @@
-#include "memory/recording_registrar.h"
+#include "support/recording_registrar.h"
 
-namespace nnf::memory {
+namespace nnf::test {
 
-int RecordingRegistrar::registerRegion(const Region& region, Registration* out) {
+int RecordingRegistrar::registerRegion(const memory::Region& region, memory::Registration* out) {
   int rc = 0;
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -27,10 +27,10 @@ int RecordingRegistrar::registerRegion(const Region& region, Registration* out) 
   return rc;
 }
 
-int RecordingRegistrar::deregister(Registration& registration) {
-  Call call{false, registration.base, registration.length, MemType::kHost, -1, 0, 0};
+int RecordingRegistrar::deregister(memory::Registration& registration) {
+  Call call{false, registration.base, registration.length, memory::MemType::kHost, -1, 0, 0};
   int rc = inner_ != nullptr ? inner_->deregister(registration) : 0;
-  if (inner_ == nullptr) registration = Registration{};
+  if (inner_ == nullptr) registration = memory::Registration{};
   call.result = rc;
   std::lock_guard<std::mutex> guard(mutex_);
   calls_.push_back(call);
@@ -71,4 +71,4 @@ void RecordingRegistrar::clear() {
   calls_.clear();
 }
 
-}  // namespace nnf::memory
+}  // namespace nnf::test

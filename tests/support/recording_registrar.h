@@ -1,4 +1,4 @@
-// A registrar decorator for tests and tools: records every call, then forwards it to an inner
+// A test double of memory::Registrar: records every call, then forwards it to an inner
 // registrar or, without one, fakes a successful registration with distinct desc/key values.
 #pragma once
 
@@ -8,24 +8,24 @@
 
 #include "memory/region.h"
 
-namespace nnf::memory {
+namespace nnf::test {
 
-class RecordingRegistrar : public Registrar {
+class RecordingRegistrar : public memory::Registrar {
  public:
   struct Call {
     bool registration;  // false: a deregistration
     const void* base;
     size_t length;
-    MemType type;
+    memory::MemType type;
     int device;
     uint64_t access;
     int result;
   };
 
-  explicit RecordingRegistrar(Registrar* inner = nullptr) : inner_(inner) {}
+  explicit RecordingRegistrar(memory::Registrar* inner = nullptr) : inner_(inner) {}
 
-  int registerRegion(const Region& region, Registration* out) override;
-  int deregister(Registration& registration) override;
+  int registerRegion(const memory::Region& region, memory::Registration* out) override;
+  int deregister(memory::Registration& registration) override;
 
   // The next `count` registrations fail with `error` (a negative code) without being forwarded.
   void failNext(int error, int count = 1);
@@ -38,7 +38,7 @@ class RecordingRegistrar : public Registrar {
   void clear();
 
  private:
-  Registrar* inner_;
+  memory::Registrar* inner_;
   mutable std::mutex mutex_;
   std::vector<Call> calls_;
   int failError_ = 0;
@@ -46,4 +46,4 @@ class RecordingRegistrar : public Registrar {
   uint64_t nextFake_ = 1;
 };
 
-}  // namespace nnf::memory
+}  // namespace nnf::test

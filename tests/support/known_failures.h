@@ -3,9 +3,8 @@
 // stand-in (efa), defects of the plugin issue 24 names. The one list is known_failures.cc. A test
 // that names itself with NNF_SKIP_KNOWN_FAILURE() at its start (or NNF_SKIP_KNOWN_FAILURE_ON in
 // its fixture's SetUp, for suites that always run on one provider) is skipped with the reason
-// while its entry is there; any other listed test is skipped when it is all its process runs, as
-// under ctest (one test per process: the whole run skips, with the reasons). Remove the entry when
-// the fix lands, and the test runs again. NNF_RUN_KNOWN_FAILURES=1 runs them all the same.
+// while its entry is there. Remove the entry when the fix lands, and the test runs again.
+// NNF_RUN_KNOWN_FAILURES=1 runs them all the same.
 #pragma once
 
 #include <gtest/gtest.h>

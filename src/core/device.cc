@@ -171,6 +171,7 @@ void Device::setUpEager(const config::Config& config) {
   eagerMaxBytes_ = config.userSet(config::Param::kEagerMax)
                        ? static_cast<size_t>(config.integer(config::Param::kEagerMax))
                        : rules.eagerMaxBytes;
+  eagerFromGpuMemory_ = rules.writesMixedMemoryIovs;
   if (rules.writesWaitForTarget) {
     // Only inline writes complete while the receiver does not progress (busy elsewhere): the
     // very case eager messages are for. In order, the header may go inline ahead of the message

@@ -13,7 +13,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "nccl_net/types.h"
 #include "config/config.h"
 #include "core/comm.h"
 #include "core/control_arena.h"
@@ -24,6 +23,7 @@
 #include "core/op_queue.h"
 #include "core/operation.h"
 #include "core/progress_keeper.h"
+#include "core/protocol.h"
 #include "core/remote_writes.h"
 #include "core/scratch_area.h"
 #include "fabric/domain_lock.h"
@@ -31,7 +31,7 @@
 #include "memory/fabric_registrar.h"
 #include "memory/gdr_policy.h"
 #include "memory/rail_set_registrar.h"
-#include "core/protocol.h"
+#include "nccl_net/types.h"
 
 namespace nnf::core {
 
@@ -111,6 +111,8 @@ class Device {
   ControlArena* eagerArena() { return eagerArena_.get(); }
   // rdma: the largest message sent eagerly (0: none; NCCL_FABRIC_EAGER_MAX or the provider's rule).
   size_t eagerMaxBytes() const { return eagerMaxBytes_; }
+  // Whether a GPU message may go eagerly (a write of a host header and the GPU buffer).
+  bool eagerFromGpuMemory() const { return eagerFromGpuMemory_; }
   // rdma: messages from this size on are cut over every rail (NCCL_FABRIC_STRIPE_MIN).
   size_t stripeMinBytes() const { return stripeMinBytes_; }
   // rdma: the largest segment one write carries (2 GiB, and what the provider writes as one).
@@ -251,9 +253,10 @@ class Device {
   size_t stripeMinBytes_ = 0;
   uint64_t writeSegmentBytes_ = 0;
   size_t eagerMaxBytes_ = 0;
+  bool eagerFromGpuMemory_ = true;
   std::vector<uint8_t> injectScratch_;
   std::unique_ptr<ControlArena> eagerArena_;
-  std::unique_ptr<ScratchArea> scratch_;  // before the drains, which receive into it
+  std::unique_ptr<ScratchArea> scratch_;   // before the drains, which receive into it
   MemoryHandle* scratchHandle_ = nullptr;  // its registration, where the provider needs one
   bool roomForReceives_ = false;
   std::unique_ptr<DrainPool> drains_;

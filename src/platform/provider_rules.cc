@@ -53,6 +53,7 @@ const ProviderRules kEfa{
     /*writesWaitForTarget=*/false,
     /*bindEventQueue=*/true,
     /*largestWriteBytes=*/size_t{1} << 30,  // efa_rdm: min(1 GiB, the device's max_rdma_size)
+    /*writesMixedMemoryIovs=*/false,
 };
 
 // Any other provider opened with FI_HMEM may call CUDA from inside its calls as well.

@@ -23,7 +23,7 @@ namespace opt {
 constexpr int kLevelEndpoint = 0;  // FI_OPT_ENDPOINT
 constexpr int kCudaApiPermitted = 10;
 constexpr int kSharedMemoryPermitted = 11;
-constexpr int kMaxRmaSize = 14;  // size_t, read-only (libfabric 1.20+)
+constexpr int kMaxRmaSize = 14;           // size_t, read-only (libfabric 1.20+)
 constexpr int kEfaBase = -(0xefa << 16);  // -FI_PROV_SPECIFIC_EFA
 constexpr int kEfaRnrRetry = kEfaBase;
 constexpr int kEfaEmulatedWrite = kEfaBase + 2;  // read only: writes done in software
@@ -37,7 +37,7 @@ enum class Refusal {
   // No 128-byte ordering: LL128 could read torn lines. LL stays safe: its 8-byte flag-and-data
   // words are each written whole, in any order.
   kNoLL128,
-  kNoReadFlush,     // the flush read could take the shared-memory path and flush nothing
+  kNoReadFlush,  // the flush read could take the shared-memory path and flush nothing
 };
 
 // When an option applies.
@@ -90,6 +90,11 @@ struct ProviderRules {
   // one into pieces that each carry the same immediate data, so the target would count one
   // segment twice.
   size_t largestWriteBytes = 0;
+  // A write of several local buffers of different memory types (host header, GPU message) goes
+  // as the device would write each. EFA sends such a write with immediate data as one emulated
+  // eager packet copied with the first buffer's memory type for every buffer: a CPU copy of GPU
+  // memory (efa_rdm_fabric.c: mixed_hmem_iov not advertised). False: GPU messages never eager.
+  bool writesMixedMemoryIovs = true;
 };
 
 const ProviderRules& rulesFor(Family family);

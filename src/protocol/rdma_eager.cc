@@ -106,6 +106,17 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
   core::Device& device = comm.device();
   // Without a registration the message can go only where the provider needs no descriptor.
   if (handle == nullptr && size > 0 && device.rail().needsLocalRegistration()) return false;
+  bool hostBuffer = handle == nullptr || handle->type == memory::MemType::kHost;
+  if (!hostBuffer && !device.eagerFromGpuMemory()) {
+    // The provider would copy the GPU message with the CPU (ProviderRules::writesMixedMemoryIovs):
+    // it waits for its descriptor. A receiver that leaves small receives undescribed for us
+    // hears that we send nothing eagerly (a comm's buffers are all GPU or all host in NCCL).
+    if (state.eagerAhead && state.eagerMaxBytes > 0) {
+      state.eagerMaxBytes = 0;
+      announceEagerLimit(comm, state);
+    }
+    return false;
+  }
   if (!state.voids) {
     // Its descriptor may cross it: the void writes are taken by the comm's first eager send
     // (once; a comm that never sends eagerly, most of 10,000 idle ones, holds none).
@@ -134,7 +145,6 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
   op.tag = encodeEager(comm.remoteId(), entry);
   request.count = 1;
   request.remaining = 0;
-  bool hostBuffer = handle == nullptr || handle->type == memory::MemType::kHost;
   if (hostBuffer && sizeof(EagerHeader) + size <= device.injectLimit()) {
     // Header and message gathered into one buffer and written inline: no completion to read.
     core::Operation gathered = op;

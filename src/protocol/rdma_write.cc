@@ -20,17 +20,19 @@ struct Share {  // no initialisers: planShares fills those it uses (every send p
   uint32_t segments;
 };
 
-uint32_t segmentsOf(uint64_t length) {
-  return length == 0 ? 1
-                     : static_cast<uint32_t>((length + kMaxSegmentBytes - 1) / kMaxSegmentBytes);
+// `segmentBytes`: the device's largest write (Device::writeSegmentBytes: 2 GiB, or less where the
+// provider would cut a write and give each piece the segment's immediate data).
+uint32_t segmentsOf(uint64_t length, uint64_t segmentBytes) {
+  return length == 0 ? 1 : static_cast<uint32_t>((length + segmentBytes - 1) / segmentBytes);
 }
 
 // How a message of `total` bytes goes: whole on one rail below the stripe size (or with one
 // rail), else in page-aligned shares over every rail. Returns the number of shares.
-uint32_t planShares(uint64_t total, size_t rails, size_t stripeMin, Share* shares) {
+uint32_t planShares(uint64_t total, size_t rails, size_t stripeMin, uint64_t segmentBytes,
+                    Share* shares) {
   size_t ways = total >= stripeMin && total > 0 ? rails : 1;
   if (ways == 1) {  // most messages: no division on the way
-    shares[0] = Share{0, total, segmentsOf(total)};
+    shares[0] = Share{0, total, segmentsOf(total, segmentBytes)};
     return 1;
   }
   uint64_t share = (total + ways - 1) / ways;
@@ -40,7 +42,7 @@ uint32_t planShares(uint64_t total, size_t rails, size_t stripeMin, Share* share
     Share& part = shares[count++];
     part.offset = offset;
     part.length = std::min(share, total - offset);
-    part.segments = segmentsOf(part.length);
+    part.segments = segmentsOf(part.length, segmentBytes);
   }
   return count;
 }
@@ -84,7 +86,8 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
   }
   SendState& state = sendState(comm);
   Share shares[kMaxRails];
-  uint32_t count = planShares(total, comm.rails(), device.stripeMinBytes(), shares);
+  const uint64_t segmentBytes = device.writeSegmentBytes();
+  uint32_t count = planShares(total, comm.rails(), device.stripeMinBytes(), segmentBytes, shares);
   uint32_t segments = 0;
   for (uint32_t i = 0; i < count; ++i) segments += shares[i].segments;
   // A message on one rail takes the rails in turn; an empty one goes where every key is valid.
@@ -102,7 +105,7 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
   for (uint32_t i = 0; i < count; ++i) {
     core::Operation& op = request.ops[i];
     size_t rail = firstRail + i;
-    uint64_t segment = std::min(shares[i].length, kMaxSegmentBytes);
+    uint64_t segment = std::min(shares[i].length, segmentBytes);
     op.owner = &comm;
     op.type = core::OpType::kWrite;
     op.headerLength = 0;
@@ -159,7 +162,7 @@ bool Rdma::continueWrite(core::DataComm& comm, core::Operation& op) {
   op.transferred += op.length;
   op.buffer = static_cast<char*>(op.buffer) + op.length;
   op.remoteAddress += op.length;
-  op.length = std::min(op.ignore, rdma::kMaxSegmentBytes);
+  op.length = std::min(op.ignore, comm.device().writeSegmentBytes());
   op.ignore -= op.length;
   if (comm.device().immediateCarriesLength()) {
     op.tag = (op.tag & 0xffffffffu) | (uint64_t{op.length} << rdma::kLengthShift);

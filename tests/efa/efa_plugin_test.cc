@@ -197,10 +197,10 @@ uint64_t readByRma() {
   return read;
 }
 
-// Small messages sent before their receives are posted go eagerly into the receiver's bounce
-// entries; those received into GPU memory are copied there by the NIC (an RDMA read from the
-// receiver's own endpoint: the provider counts the bytes), never by the CPU, and every byte
-// arrives. Sources in GPU memory too: the NIC reads them, nothing is injected.
+// Small messages from host memory sent before their receives are posted go eagerly into the
+// receiver's bounce entries; those received into GPU memory are copied there by the NIC (an RDMA
+// read from the receiver's own endpoint: the provider counts the bytes), never by the CPU, and
+// every byte arrives.
 TEST_F(EfaPlugin, EagerMessagesForGpuBuffersAreCopiedByTheNic) {
   env_.set("NNF_EFA_RULES_STATS", efaRulesStats());
   env_.set("NCCL_FABRIC_PROTOCOL", "rdma");
@@ -209,9 +209,9 @@ TEST_F(EfaPlugin, EagerMessagesForGpuBuffersAreCopiedByTheNic) {
   auto sender = [&](Peer& peer) {
     void* comm;
     ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    HostBuffer gpu(sizes.size() * kSlot), host(kSlot);
-    void *gpuHandle, *hostHandle;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, gpu, &gpuHandle));
+    HostBuffer sources(sizes.size() * kSlot), host(kSlot);
+    void *sourcesHandle, *hostHandle;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, sources.data(), sources.size(), &sourcesHandle));
     ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostHandle));
     void* request;
     ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, host.data(), 8, kTag + 1, hostHandle, &request));
@@ -220,9 +220,9 @@ TEST_F(EfaPlugin, EagerMessagesForGpuBuffersAreCopiedByTheNic) {
     usleep(20000);
     std::vector<void*> requests;
     for (size_t i = 0; i < sizes.size(); ++i) {
-      uint8_t* data = gpu.data() + i * kSlot;
+      uint8_t* data = sources.data() + i * kSlot;
       fillPattern(data, static_cast<size_t>(sizes[i]), 40 + i);
-      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, data, sizes[i], kTag, gpuHandle, &request));
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, data, sizes[i], kTag, sourcesHandle, &request));
       requests.push_back(request);
     }
     // Eager: done before the receiver posts anything of their tag.
@@ -231,7 +231,7 @@ TEST_F(EfaPlugin, EagerMessagesForGpuBuffersAreCopiedByTheNic) {
     ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, host.data(), 8, kTag + 1, hostHandle, &request));
     ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
     ASSERT_TRUE(peer.channel->wait());
-    dereg(peer, comm, gpuHandle);
+    dereg(peer, comm, sourcesHandle);
     dereg(peer, comm, hostHandle);
     closeSend(peer, comm);
   };
@@ -279,6 +279,88 @@ TEST_F(EfaPlugin, EagerMessagesForGpuBuffersAreCopiedByTheNic) {
   EXPECT_TRUE(report().empty()) << "rules broken:\n" << joined(report());
 }
 
+// A small message from GPU memory never goes eagerly on EFA: the header and the message would go
+// as one write of two buffers, which efa sends as an emulated packet copied with the first
+// buffer's (host) memory type, a CPU read of GPU memory (issue 24, defect 1). It waits for its
+// receive's descriptor and goes as a write by the NIC; every byte arrives.
+TEST_F(EfaPlugin, SmallGpuSendsWaitForTheirDescriptors) {
+  env_.set("NNF_EFA_RULES_STATS", efaRulesStats());
+  env_.set("NCCL_FABRIC_PROTOCOL", "rdma");
+  const std::vector<int> sizes = {8, 1, 4096, 8192, 100, 5000, 64};
+  constexpr size_t kSlot = 16384;
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer gpu(sizes.size() * kSlot), host(kSlot);
+    void *gpuHandle, *hostHandle;
+    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, gpu, &gpuHandle));
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostHandle));
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, host.data(), 8, kTag + 1, hostHandle, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    // The receiver is quiet for far longer than rdma::kEagerQuietNs: host sends would go now.
+    usleep(20000);
+    std::vector<void*> requests;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      uint8_t* data = gpu.data() + i * kSlot;
+      fillPattern(data, static_cast<size_t>(sizes[i]), 60 + i);
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, data, sizes[i], kTag, gpuHandle, &request));
+      requests.push_back(request);
+    }
+    // Nothing can complete them before the receiver posts its receives.
+    for (int round = 0; round < 200; ++round) {
+      for (void* pending : requests) {
+        if (pending == nullptr) continue;
+        int done = 0;
+        ASSERT_EQ(peer.net->test(pending, &done, nullptr), abi::kSuccess);
+        ASSERT_EQ(done, 0) << "a GPU send completed before its receive was posted: it went eagerly";
+      }
+    }
+    ASSERT_TRUE(peer.channel->signal());
+    std::vector<int> sent;
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sent));
+    ASSERT_TRUE(peer.channel->wait());
+    dereg(peer, comm, gpuHandle);
+    dereg(peer, comm, hostHandle);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer gpu(sizes.size() * kSlot), host(kSlot);
+    void *gpuHandle, *hostHandle;
+    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, gpu, &gpuHandle));
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostHandle));
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, host.data(), 8, kTag + 1, hostHandle, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    ASSERT_TRUE(peer.channel->wait());
+    fillSentinel(gpu.data(), gpu.size());
+    std::vector<void*> requests;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, gpu.data() + i * kSlot, static_cast<int>(kSlot),
+                                       kTag, gpuHandle, &request));
+      requests.push_back(request);
+    }
+    std::vector<int> got;
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &got));
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      SCOPED_TRACE(std::to_string(sizes[i]) + " bytes");
+      uint8_t* data = gpu.data() + i * kSlot;
+      EXPECT_EQ(got[i], sizes[i]);
+      EXPECT_TRUE(verifyPattern(data, static_cast<size_t>(sizes[i]), 60 + i));
+      EXPECT_TRUE(verifySentinel(data + sizes[i], kSlot - static_cast<size_t>(sizes[i])));
+    }
+    ASSERT_TRUE(peer.channel->signal());
+    dereg(peer, comm, gpuHandle);
+    dereg(peer, comm, hostHandle);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 120);
+  EXPECT_TRUE(report().empty()) << "rules broken:\n" << joined(report());
+}
+
 // Without the in-order guarantee of the protocol's data NCCL must not run LL128; LL and Simple
 // stay. Set where the user said nothing, once, naming the remedy; a user's LL128 is warned about
 // (the provider then reports the torn-data risk), a user's LL is not.
@@ -288,11 +370,13 @@ TEST_F(EfaPlugin, RefusedWriteOrderingTurnsOffLL128Only) {
     ASSERT_NE(getenv("NCCL_PROTO"), nullptr);
     EXPECT_STREQ(getenv("NCCL_PROTO"), "^LL128");
     std::vector<std::string> warnings = peer.warningTexts();
-    EXPECT_TRUE(anyContains(peer.infoTexts(), "refused FI_OPT_EFA_WRITE_IN_ORDER_ALIGNED_128_BYTES"))
+    EXPECT_TRUE(
+        anyContains(peer.infoTexts(), "refused FI_OPT_EFA_WRITE_IN_ORDER_ALIGNED_128_BYTES"))
         << joined(peer.infoTexts());
     EXPECT_EQ(warnings.size(), 1u) << "one WARN: " << joined(warnings);
     int said = 0;
-    for (const std::string& text : warnings) said += text.find("NCCL_PROTO=^LL128") != std::string::npos;
+    for (const std::string& text : warnings)
+      said += text.find("NCCL_PROTO=^LL128") != std::string::npos;
     EXPECT_EQ(said, 1) << "one WARN naming what the plugin did: " << joined(warnings);
   });
   gpuTransfers(/*expectReadFlush=*/true);
@@ -316,7 +400,8 @@ TEST_F(EfaPlugin, RefusedWriteOrderingTurnsOffLL128Only) {
 TEST_F(EfaPlugin, SendRecvAsksForMessageOrderingAndItsRefusalTurnsOffLL128Only) {
   env_.set("NCCL_FABRIC_PROTOCOL", "sendrecv");
   runOneProcess([](Peer& peer) {
-    EXPECT_TRUE(anyContains(peer.infoTexts(), "refused FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES"))
+    EXPECT_TRUE(
+        anyContains(peer.infoTexts(), "refused FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES"))
         << joined(peer.infoTexts());
     EXPECT_EQ(peer.warnings(), 1) << joined(peer.warningTexts());
     EXPECT_FALSE(anyContains(peer.infoTexts(), "set FI_OPT_EFA_WRITE_IN_ORDER"))
@@ -328,7 +413,8 @@ TEST_F(EfaPlugin, SendRecvAsksForMessageOrderingAndItsRefusalTurnsOffLL128Only) 
   env_.set("NNF_EFA_RULES_SENDRECV_ORDER", "1");  // a libfabric before 2.4
   env_.unset("NCCL_PROTO");
   runOneProcess([](Peer& peer) {
-    EXPECT_TRUE(anyContains(peer.infoTexts(), "set FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES"));
+    EXPECT_TRUE(
+        anyContains(peer.infoTexts(), "set FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES"));
     EXPECT_EQ(getenv("NCCL_PROTO"), nullptr);
     EXPECT_EQ(peer.warnings(), 0) << joined(peer.warningTexts());
   });

@@ -87,7 +87,8 @@ enum class Rule {
   kRemoteKeyDomain,
   kMixedHmemIov,
   kCqDataSize,
-  kLastRule = kCqDataSize,
+  kRmaSize,
+  kLastRule = kRmaSize,
 };
 constexpr int kProvErrnoBase = 0xefa000;   // prov_errno of a violation: base + rule number
 constexpr int kFailedNicErrno = 0xefa0ff;  // prov_errno of a write on NNF_EFA_RULES_FAIL_NIC
@@ -95,6 +96,10 @@ constexpr int kFailedNicErrno = 0xefa0ff;  // prov_errno of a write on NNF_EFA_R
 constexpr int kRemoteWriteErrno = 0xefa0fe;
 // Bytes of immediate data EFA carries (cq_data_size): the device's 32-bit immediate.
 constexpr size_t kEfaCqDataSize = 4;
+// The longest write EFA makes one device write of: min(1 GiB, the device's max_rdma_size)
+// (efa_rdm_ope.c, efa_env.efa_write_segment_size). A longer write with immediate data is cut
+// into pieces that each complete at the target with the same immediate.
+constexpr size_t kEfaMaxWriteBytes = size_t{1} << 30;
 const char* ruleName(Rule rule);
 // Appends the report line, prints to stderr and counts; returns the rule's prov_errno.
 int violation(Rule rule, const std::string& detail);

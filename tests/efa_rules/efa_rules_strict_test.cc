@@ -10,6 +10,7 @@ using namespace efa_rules_test;
 
 constexpr int kRuleMixedHmemIov = 11;
 constexpr int kRuleCqDataSize = 12;
+constexpr int kRuleRmaSize = 13;
 constexpr int kRemoteWriteErrno = 0xefa0fe;
 constexpr uint64_t kRemoteWriteFlags = FI_REMOTE_CQ_DATA | FI_RMA | FI_REMOTE_WRITE;
 constexpr int kOptEmulatedWrite = kOptEfaBase + 2;
@@ -70,6 +71,28 @@ TEST_P(EfaRules, ImmediateDataAboveThirtyTwoBitsIsRefused) {
     REQUIRE(POST(node, fi_inject_writedata(node.ep, buf.data(), 8, ~0ULL, node.self, target,
                                            fi_mr_key(mr))) == -FI_EINVAL);
     REQUIRE(node.violations() == 3);
+    fi_close(&mr->fid);
+    node.close();
+  }));
+}
+
+// A write with immediate data longer than EFA's largest device write (1 GiB) is a violation:
+// EFA would cut it and complete each piece at the target with the same immediate. Refused before
+// anything moves, so a short buffer serves.
+TEST_P(EfaRules, WriteWithDataOverOneGiBIsRefused) {
+  EXPECT_TRUE(runChildren(1, [&](int, int) {
+    childEnv(GetParam());
+    Node node;
+    node.open(Options{});
+    node.enable();
+    std::vector<char> buf(64);
+    fid_mr* mr = node.reg(buf.data(), buf.size(), FI_WRITE | FI_REMOTE_WRITE);
+    uint64_t target = reinterpret_cast<uintptr_t>(buf.data());
+    fi_context2 ctx{};
+    REQUIRE(POST(node, fi_writedata(node.ep, buf.data(), (size_t{1} << 30) + 1, fi_mr_desc(mr), 5,
+                                    node.self, target, fi_mr_key(mr), &ctx)) == 0);
+    expectViolation(node, node.waitError(), &ctx, kRuleRmaSize, "rma-size");
+    REQUIRE(node.violations() == 1);
     fi_close(&mr->fid);
     node.close();
   }));

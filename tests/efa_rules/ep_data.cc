@@ -68,6 +68,19 @@ Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
     *detail = immediateTooWide(post.op, post.data);
     if (!detail->empty()) return Rule::kCqDataSize;
   }
+  if (post.kind == Kind::kWrite && post.withData) {
+    size_t len = 0;
+    for (size_t i = 0; post.iov != nullptr && i < post.count; ++i) len += post.iov[i].iov_len;
+    if (len > kEfaMaxWriteBytes) {
+      char text[200];
+      std::snprintf(text, sizeof(text),
+                    "%s of %zu bytes with immediate data: EFA cuts it at %zu bytes and each piece "
+                    "completes at the target with the same immediate",
+                    post.op, len, kEfaMaxWriteBytes);
+      *detail = text;
+      return Rule::kRmaSize;
+    }
+  }
   for (size_t i = 0; post.inject && i < post.count; ++i) {
     const void* buf = post.iov[i].iov_base;
     if (registeredAsDevice(buf, post.iov[i].iov_len) || driverSaysDevice(buf)) {

@@ -111,6 +111,9 @@
 //                           with the CPU (or host memory as device memory)
 //  12 cq-data-size          immediate data (a *data call, or FI_REMOTE_CQ_DATA) with bits above
 //                           32: EFA carries 4 bytes
+//  13 rma-size              a write with immediate data longer than 1 GiB: EFA cuts a write at
+//                           min(1 GiB, max_rdma_size) and each piece completes at the target
+//                           with the same immediate
 #include <cstddef>
 
 #include "efa_rules.h"

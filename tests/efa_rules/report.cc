@@ -63,6 +63,8 @@ const char* ruleName(Rule rule) {
       return "mixed-hmem-iov";
     case Rule::kCqDataSize:
       return "cq-data-size";
+    case Rule::kRmaSize:
+      return "rma-size";
   }
   return "unknown";
 }

@@ -14,6 +14,7 @@
 
 #include "support/fake_cuda_controls.h"
 #include "support/harness.h"
+#include "support/known_failures.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
 #include "support/scoped_env.h"
@@ -39,6 +40,8 @@ std::string joined(const std::vector<std::string>& lines) {
 class EfaPlugin : public ::testing::Test {
  protected:
   void SetUp() override {
+    // These tests always run on the EFA-rules stand-in: the known failures of provider efa.
+    NNF_SKIP_KNOWN_FAILURE_ON("efa");
     report_ = "/tmp/nnf-efa-plugin-" + std::to_string(getpid()) + "-" +
               ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".txt";
     unlink(report_.c_str());
@@ -511,6 +514,53 @@ void dmaBufTransfer(bool providerImports) {
     closeListen(peer, listen);
   };
   runTwoProcesses(sender, receiver, 120);
+}
+
+// A peer's write that fails at our NIC is an error completion without a context (EFA's
+// unsolicited write receive: nothing was posted for it), its immediate data the write's. The
+// stand-in fails every write with data that reaches the receiver
+// (NNF_EFA_RULES_REMOTE_WRITE_ERRORS=1 in the receiver only): the comm the immediate data names
+// fails, with a WARN saying why, instead of its receive waiting for ever.
+TEST_F(EfaPlugin, RemoteWriteErrorWithoutContextFailsTheCommItNames) {
+  env_.set("NCCL_FABRIC_PROTOCOL", "rdma");
+  env_.set("NNF_TEST_ENV_RECEIVER", "NNF_EFA_RULES_REMOTE_WRITE_ERRORS=1");
+  constexpr int kSize = 65536;
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer host(kSize);
+    void* handle;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &handle));
+    fillPattern(host.data(), kSize, 7);
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, host.data(), kSize, kTag, handle, &request));
+    // The write succeeds here; whatever the send's end, it comes.
+    Outcome outcome = pollRequest(peer, request, nullptr);
+    EXPECT_FALSE(outcome.timedOut);
+    ASSERT_TRUE(peer.channel->wait());  // the receiver has seen its receive fail
+    dereg(peer, comm, handle);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer host(kSize);
+    void* handle;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &handle));
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, host.data(), kSize, kTag, handle, &request));
+    Outcome outcome = pollRequest(peer, request, nullptr);
+    EXPECT_FALSE(outcome.timedOut) << "the receive waited for a write that failed at its NIC";
+    EXPECT_NE(outcome.result, abi::kSuccess);
+    EXPECT_TRUE(anyContains(peer.warningTexts(), "a write of the peer's failed at NIC"))
+        << joined(peer.warningTexts());
+    ASSERT_TRUE(peer.channel->signal());
+    dereg(peer, comm, handle);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 120);
+  EXPECT_TRUE(report().empty()) << "rules broken:\n" << joined(report());
 }
 
 TEST_F(EfaPlugin, DmaBufRegistrationWithAnOffsetReachesTheProviderRight) {

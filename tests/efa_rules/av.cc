@@ -86,6 +86,14 @@ int nicOfPeer(Av* av, fi_addr_t addr) {
   return nic;
 }
 
+bool isOwnAddress(Ep* ep, fi_addr_t addr) {
+  if (ep->av == nullptr || ep->ownName.empty()) return false;
+  char name[256];
+  size_t len = sizeof(name);
+  if (fi_av_lookup(ep->av->base, addr, name, &len) != 0 || len > sizeof(name)) return false;
+  return canonicalAddress(name, len) == canonicalAddress(ep->ownName.data(), ep->ownName.size());
+}
+
 int openAv(fid_domain* domain, fi_av_attr* attr, fid_av** av, void* context) {
   auto* ourDomain = reinterpret_cast<Domain*>(domain);
   fid_av* base = nullptr;

@@ -1,6 +1,9 @@
 // The completion queue: drains the base CQ into a pending set and hands completions back in a
 // seeded random order (SRD does not order them), never dropping, duplicating or starving one.
-// Our own error completions (rule violations) queue beside the base's.
+// Our own error completions (rule violations, failed remote writes) queue beside the base's, and
+// come out at seeded random points among the successes (NNF_EFA_RULES_INTERLEAVE_ERRORS), as
+// EFA's CQ gives each entry, good or bad, in the order the device completed it. A peer's write
+// with data completes as EFA's does (immediate.cc).
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -80,6 +83,9 @@ int drain(Cq* cq) {
       Pending item{};
       std::memcpy(&item.entry, bytes + i * cq->entrySize, cq->entrySize);
       item.source = sources[i];
+      if (isRemoteWrite(item.entry.flags) && fixRemoteWrite(cq, &item.entry)) continue;
+      if ((item.entry.flags & FI_RECV) != 0 && item.source != FI_ADDR_NOTAVAIL)
+        cq->heard.insert(item.source);  // that peer's handshake has come (handshake.cc)
       if (!cq->roomy.empty() && (item.entry.flags & FI_RECV) != 0 && truncated(cq, item)) continue;
       cq->pending.push_back(item);
     }
@@ -93,10 +99,15 @@ ssize_t readFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* srcAddr) {
   std::lock_guard<std::mutex> guard(cq->mutex);
   int ret = drain(cq);
   if (ret != 0) return ret;
-  if (cq->pending.empty()) {
-    return (!cq->synthetic.empty() || cq->baseError) ? -FI_EAVAIL : -FI_EAGAIN;
-  }
+  const bool errors = !cq->synthetic.empty() || cq->baseError;
+  if (!errors) cq->errorDue = false;
+  if (cq->pending.empty() || cq->errorDue) return errors ? -FI_EAVAIL : -FI_EAGAIN;
   if (count == 0) return -FI_EAGAIN;
+  // An error among successes: as often as not, it is next.
+  if (errors && cq->interleave && cq->rng() % 2 == 0) {
+    cq->errorDue = true;
+    return -FI_EAVAIL;
+  }
   // At least one, and sometimes fewer than are there: the rest wait for a later read.
   size_t available = std::min(count, cq->pending.size());
   size_t deliver = available;
@@ -123,8 +134,9 @@ ssize_t read(fid_cq* f, void* buf, size_t count) {
 ssize_t readErr(fid_cq* f, fi_cq_err_entry* buf, uint64_t flags) {
   Cq* cq = cqOf(f);
   std::lock_guard<std::mutex> guard(cq->mutex);
-  // Successes first: an error is only read once nothing good is waiting.
-  if (!cq->pending.empty()) return -FI_EAGAIN;
+  // An error is read once a read said so (errorDue) or nothing good is waiting.
+  if (!cq->pending.empty() && !cq->errorDue) return -FI_EAGAIN;
+  cq->errorDue = false;
   if (!cq->synthetic.empty()) {
     void* errData = buf->err_data;
     *buf = cq->synthetic.front();
@@ -156,10 +168,14 @@ ssize_t sread(fid_cq* f, void* buf, size_t count, const void* cond, int timeout)
 }
 
 const char* strError(fid_cq* f, int provErrno, const void* errData, char* buf, size_t len) {
-  if (isRuleErrno(provErrno) || provErrno == kFailedNicErrno) {
+  if (isRuleErrno(provErrno) || provErrno == kFailedNicErrno || provErrno == kRemoteWriteErrno) {
     static thread_local std::string text;
     text = provErrno == kFailedNicErrno
                ? std::string("efa-rules: this NIC fails its writes (NNF_EFA_RULES_FAIL_NIC)")
+           : provErrno == kRemoteWriteErrno
+               ? std::string(
+                     "efa-rules: a remote write with immediate data failed at its target "
+                     "(NNF_EFA_RULES_REMOTE_WRITE_ERRORS)")
                : std::string("efa-rules: rule ") +
                      ruleName(static_cast<Rule>(provErrno - kProvErrnoBase)) + " violated";
     if (buf != nullptr && len > 0) {
@@ -255,6 +271,8 @@ int openCq(fid_domain* domain, fi_cq_attr* attr, fid_cq** cq, void* context) {
   ours->domain = reinterpret_cast<Domain*>(domain);
   ours->entrySize = entrySize;
   ours->reorder = config.reorder;
+  ours->interleave = config.interleaveErrors;
+  ours->remoteWriteErrors = config.remoteWriteErrors;
   ours->rng.seed(config.seed);
   *cq = &ours->fid;
   return 0;

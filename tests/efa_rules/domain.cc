@@ -73,6 +73,7 @@ int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* con
   fid_domain* base = nullptr;
   if (baseFabric != nullptr) ret = fi_domain(baseFabric, baseInfo, &base, nullptr);
   uint64_t baseMrMode = static_cast<uint64_t>(baseInfo->domain_attr->mr_mode);
+  size_t baseCqDataSize = baseInfo->domain_attr->cq_data_size;
   fi_freeinfo(baseInfo);
   if (ret != 0) return ret;
 
@@ -96,6 +97,10 @@ int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* con
   ours->nic = std::max(nicOf(info->domain_attr->name), 0);
   ours->failsWrites = config.failNic == ours->nic;
   if (config.holdNic == ours->nic) ours->holdMs = config.holdMs;
+  ours->lengthInData = baseCqDataSize >= 8;
+  ours->emulatedWrite = config.emulatedWrite;
+  ours->emulatePeer = config.emulatePeer;
+  ours->handshakeEagain = config.handshakeEagain;
   ours->traffic = trafficOf(ours->name);
   *domain = &ours->fid;
   return 0;

@@ -40,6 +40,14 @@ void nosys(F& slot) {
   slot = &NoSys<F>::fn;
 }
 
+// Peers whose writes EFA would emulate (NNF_EFA_RULES_EMULATE_PEER): on a real fleet, peers whose
+// device or libfabric version differs in RDMA-write or unsolicited-write support.
+struct EmulatedPeers {
+  bool all = false;   // "all": every peer but the endpoint itself
+  uint32_t nics = 0;  // "nic:N": bit N, peers whose endpoint is on NIC N
+  bool any() const { return all || nics != 0; }
+};
+
 // --- configuration (config.cc): read from the environment at each use, so forked test
 // children can change it before they open objects.
 struct Config {
@@ -55,6 +63,10 @@ struct Config {
   int failNic = -1;            // NNF_EFA_RULES_FAIL_NIC: every RMA write posted on this NIC fails
   int holdNic = -1;  // NNF_EFA_RULES_HOLD_NIC=n:ms: writes on NIC n reach the target ms late
   int holdMs = 0;
+  EmulatedPeers emulatePeer;     // NNF_EFA_RULES_EMULATE_PEER
+  int remoteWriteErrors = 0;     // NNF_EFA_RULES_REMOTE_WRITE_ERRORS: every Nth fails at the target
+  bool interleaveErrors = true;  // NNF_EFA_RULES_INTERLEAVE_ERRORS: errors among successes
+  int handshakeEagain = 2;       // NNF_EFA_RULES_HANDSHAKE_EAGAIN: -FI_EAGAIN posts per new peer
   std::set<std::string> refuse;
 };
 constexpr int kMaxNics = 8;
@@ -73,9 +85,21 @@ enum class Rule {
   kDmabufRange,
   kWrongDomain,
   kRemoteKeyDomain,
+  kMixedHmemIov,
+  kCqDataSize,
+  kRmaSize,
+  kLastRule = kRmaSize,
 };
 constexpr int kProvErrnoBase = 0xefa000;   // prov_errno of a violation: base + rule number
 constexpr int kFailedNicErrno = 0xefa0ff;  // prov_errno of a write on NNF_EFA_RULES_FAIL_NIC
+// prov_errno of a remote write failed at its target (NNF_EFA_RULES_REMOTE_WRITE_ERRORS).
+constexpr int kRemoteWriteErrno = 0xefa0fe;
+// Bytes of immediate data EFA carries (cq_data_size): the device's 32-bit immediate.
+constexpr size_t kEfaCqDataSize = 4;
+// The longest write EFA makes one device write of: min(1 GiB, the device's max_rdma_size)
+// (efa_rdm_ope.c, efa_env.efa_write_segment_size). A longer write with immediate data is cut
+// into pieces that each complete at the target with the same immediate.
+constexpr size_t kEfaMaxWriteBytes = size_t{1} << 30;
 const char* ruleName(Rule rule);
 // Appends the report line, prints to stderr and counts; returns the rule's prov_errno.
 int violation(Rule rule, const std::string& detail);
@@ -159,6 +183,12 @@ struct Domain {
   int nic = 0;               // our NIC index, from our domain name
   bool failsWrites = false;  // NNF_EFA_RULES_FAIL_NIC names this NIC
   int holdMs = 0;            // NNF_EFA_RULES_HOLD_NIC names this NIC: its writes' delay
+  // The base carries 8 bytes of immediate data: the upper 4, which EFA's callers cannot use,
+  // carry a write's length to its target (immediate.cc).
+  bool lengthInData = false;
+  bool emulatedWrite = false;  // NNF_EFA_RULES_EMULATED_WRITE: every write emulated
+  EmulatedPeers emulatePeer;   // NNF_EFA_RULES_EMULATE_PEER
+  int handshakeEagain = 0;     // NNF_EFA_RULES_HANDSHAKE_EAGAIN
   std::mutex heldMutex;
   std::list<HeldWrite> held;  // held.cc
   std::string name;           // our domain name
@@ -193,6 +223,11 @@ struct Cq {
   std::vector<Pending> pending;
   std::vector<fi_cq_err_entry> synthetic;  // our error completions, FIFO
   bool baseError = false;                  // the base reported -FI_EAVAIL
+  bool interleave = true;                  // NNF_EFA_RULES_INTERLEAVE_ERRORS
+  bool errorDue = false;      // a read said -FI_EAVAIL while successes wait: readerr gives it
+  int remoteWriteErrors = 0;  // NNF_EFA_RULES_REMOTE_WRITE_ERRORS
+  uint64_t remoteWrites = 0;  // remote writes with immediate data seen here
+  std::set<fi_addr_t> heard;  // sources of messages received here (FI_SOURCE), for handshakes
   // Tagged receives posted with room after their buffers (see roomForReceive), by context: the
   // length the caller asked for. A completion longer than that is EFA's truncation error.
   std::map<void*, size_t> roomy;
@@ -207,6 +242,7 @@ struct Mr {
   uintptr_t start = 0;
   uintptr_t end = 0;
   bool device = false;  // registered with FI_HMEM_CUDA (or as a DMA-BUF)
+  int deviceId = -1;    // the CUDA device of a FI_HMEM_CUDA registration; -1 unknown
   Domain* domain = nullptr;
 };
 void installMrOps(fi_ops_mr* ops);
@@ -245,7 +281,12 @@ struct Ep {
   bool ll128Reported = false;
   EpOptions options;
   std::string ownName;  // base address, for the shared-memory-read rule
+  std::mutex peersMutex;
+  // Per destination: -FI_EAGAIN answers given before its handshake; kHandshakeDone after it.
+  std::map<fi_addr_t, int> handshakes;
+  uint64_t handshakeEagains = 0;  // answers given, for tests (kOptEfaRulesHandshakeEagains)
 };
+constexpr int kHandshakeDone = -1;
 int openEp(fid_domain* domain, fi_info* info, fid_ep** ep, void* context);
 
 // --- held writes (held.cc, NNF_EFA_RULES_HOLD_NIC). holdWrite copies a write whose address and
@@ -257,6 +298,32 @@ void releaseDueWrites(Domain* domain);
 bool takeHeldCompletion(Domain* domain, void* context);
 void dropHeldWrites(Domain* domain);
 void installDataOps(Ep* ep);
+
+// Whether `addr` names this endpoint itself (the AV's entry is our own base address).
+bool isOwnAddress(Ep* ep, fi_addr_t addr);
+
+// --- EFA's 32-bit immediate (immediate.cc). A post's immediate data with bits above 32: the
+// text of the violation, "" when it fits. wireData: what goes to the base for a write with data
+// of `len` bytes; fixRemoteWrite: a remote write's completion at the target as EFA makes it
+// (op_context NULL, flags FI_REMOTE_CQ_DATA | FI_RMA | FI_REMOTE_WRITE, len the bytes written,
+// data the 32-bit immediate); true when NNF_EFA_RULES_REMOTE_WRITE_ERRORS fails it instead (its
+// error entry queued on the CQ).
+std::string immediateTooWide(const char* op, uint64_t data);
+uint64_t wireData(const Domain* domain, uint64_t data, size_t len);
+bool isRemoteWrite(uint64_t flags);
+bool fixRemoteWrite(Cq* cq, fi_cq_tagged_entry* entry);
+
+// --- writes EFA emulates (emulated_write.cc): a write with immediate data and more than one iov
+// (local or remote), every write where the device has no RDMA write
+// (NNF_EFA_RULES_EMULATED_WRITE), and writes to peers of NNF_EFA_RULES_EMULATE_PEER. EFA copies
+// their payload with desc[0]'s memory type for every iov: the text of the violation where an iov
+// is of another type, "" when none is (or the write is not emulated).
+std::string emulatedWriteMixesMemory(Ep* ep, const char* op, const iovec* iov, void* const* desc,
+                                     size_t count, size_t rmaCount, bool withData, fi_addr_t dest);
+
+// --- handshakes (handshake.cc): true, and one more -FI_EAGAIN counted, while a post to `dest`
+// must wait for the first handshake with that peer (NNF_EFA_RULES_HANDSHAKE_EAGAIN).
+bool awaitingHandshake(Ep* ep, fi_addr_t dest);
 
 // EFA reports a message larger than its receive as FI_ETRUNC on that receive and goes on; the
 // bases do not (tcp's rxm in libfabric 1.x fails the connection every comm shares, shm never

@@ -170,6 +170,10 @@ int getopt(fid* f, int level, int optname, void* optval, size_t* optlen) {
   switch (optname) {
     case kOptEfaRulesViolations:
       return put<uint64_t>(violationCount(), optval, optlen);
+    case kOptEfaRulesHandshakeEagains: {
+      std::lock_guard<std::mutex> guard(ep->peersMutex);
+      return put<uint64_t>(ep->handshakeEagains, optval, optlen);
+    }
     case kOptCudaApiPermitted:
       return put<bool>(options.cudaApiPermitted != 0, optval, optlen);
     case kOptSharedMemoryPermitted:

@@ -1,8 +1,8 @@
-// The endpoint's data operations (msg, tagged, RMA): each post is checked against EFA's rules,
-// its descriptors translated to the base's, and forwarded. A broken rule turns the post into an
-// error completion (or -FI_EINVAL for an inject, which has no completion).
+// The checks of the endpoint's data operations (ep_msg.cc: msg and tagged; ep_rma.cc: RMA):
+// each post is checked against EFA's rules, its descriptors translated to the base's, and
+// forwarded. A broken rule turns the post into an error completion (or -FI_EINVAL for an
+// inject, which has no completion).
 #include <sys/mman.h>
-#include <sys/uio.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -10,31 +10,9 @@
 
 #include "efa_rules.h"
 #include "platform/nccl_proto.h"
+#include "post.h"
 
 namespace efa_rules {
-namespace {
-
-constexpr size_t kMaxIov = 16;
-
-enum class Kind { kMsg, kTagged, kRead, kWrite };
-
-struct Post {
-  Kind kind;
-  bool recv = false;
-  bool inject = false;
-  const iovec* iov = nullptr;
-  void* const* desc = nullptr;
-  size_t count = 0;
-  uint64_t tag = 0;
-  uint64_t ignore = 0;
-  fi_addr_t addr = FI_ADDR_UNSPEC;
-  void* context = nullptr;
-  const char* op = "";
-  const fi_rma_iov* rma = nullptr;  // RMA: the remote side, as the caller gave it
-  size_t rmaCount = 0;
-};
-
-}  // namespace
 
 void* roomForReceive(size_t* length) {
   // 1 GiB of address space, reserved once for the process and never backed for long.
@@ -46,12 +24,6 @@ void* roomForReceive(size_t* length) {
   }();
   *length = kRoom;
   return room;
-}
-
-namespace {
-
-Ep* epOf(fid_ep* ep) {
-  return reinterpret_cast<Ep*>(ep);
 }
 
 uint64_t completionFlags(const Post& post) {
@@ -68,20 +40,14 @@ uint64_t completionFlags(const Post& post) {
   return 0;
 }
 
+namespace {
+
 std::string describe(const Post& post, size_t i) {
   char text[160];
   std::snprintf(text, sizeof(text), "%s buffer %p length %zu", post.op,
                 post.iov != nullptr && i < post.count ? post.iov[i].iov_base : nullptr,
                 post.iov != nullptr && i < post.count ? post.iov[i].iov_len : 0);
   return text;
-}
-
-bool isOwnAddress(Ep* ep, fi_addr_t addr) {
-  if (ep->av == nullptr || ep->ownName.empty()) return false;
-  char name[256];
-  size_t len = sizeof(name);
-  if (fi_av_lookup(ep->av->base, addr, name, &len) != 0 || len > sizeof(name)) return false;
-  return canonicalAddress(name, len) == canonicalAddress(ep->ownName.data(), ep->ownName.size());
 }
 
 // The first broken rule of a post, with its detail; 0 when all hold.
@@ -96,6 +62,23 @@ Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
                     static_cast<unsigned long long>(ep->domain->tagMask));
       *detail = text;
       return Rule::kTagFormat;
+    }
+  }
+  if (post.withData) {
+    *detail = immediateTooWide(post.op, post.data);
+    if (!detail->empty()) return Rule::kCqDataSize;
+  }
+  if (post.kind == Kind::kWrite && post.withData) {
+    size_t len = 0;
+    for (size_t i = 0; post.iov != nullptr && i < post.count; ++i) len += post.iov[i].iov_len;
+    if (len > kEfaMaxWriteBytes) {
+      char text[200];
+      std::snprintf(text, sizeof(text),
+                    "%s of %zu bytes with immediate data: EFA cuts it at %zu bytes and each piece "
+                    "completes at the target with the same immediate",
+                    post.op, len, kEfaMaxWriteBytes);
+      *detail = text;
+      return Rule::kRmaSize;
     }
   }
   for (size_t i = 0; post.inject && i < post.count; ++i) {
@@ -150,6 +133,11 @@ Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
       }
     }
   }
+  if (post.kind == Kind::kWrite && !post.inject) {
+    *detail = emulatedWriteMixesMemory(ep, post.op, post.iov, post.desc, post.count, post.rmaCount,
+                                       post.withData, post.addr);
+    if (!detail->empty()) return Rule::kMixedHmemIov;
+  }
   if (post.kind == Kind::kRead && ep->options.sharedMemoryPermitted != 0 &&
       isOwnAddress(ep, post.addr)) {
     *detail = describe(post, 0) +
@@ -178,11 +166,16 @@ Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
   return static_cast<Rule>(0);
 }
 
-// Checks a post and fills the base descriptors; false with *ret set when the post must not be
-// forwarded.
+}  // namespace
+
 bool admit(Ep* ep, const Post& post, void** baseDesc, ssize_t* ret) {
   if (post.count > kMaxIov) {
     *ret = -FI_EINVAL;
+    return false;
+  }
+  // Before the rules: a post retried after -FI_EAGAIN is checked (and reported) once.
+  if (!post.recv && awaitingHandshake(ep, post.addr)) {
+    *ret = -FI_EAGAIN;
     return false;
   }
   std::string detail;
@@ -216,7 +209,6 @@ bool admit(Ep* ep, const Post& post, void** baseDesc, ssize_t* ret) {
   return true;
 }
 
-// Counts what a post the base took carries (sends, RMA writes and reads) for its domain.
 ssize_t tally(Ep* ep, const Post& post, ssize_t ret) {
   if (ret != 0 || post.recv) return ret;
   uint64_t bytes = 0;
@@ -231,437 +223,7 @@ ssize_t tally(Ep* ep, const Post& post, ssize_t ret) {
   return ret;
 }
 
-// --- msg
-ssize_t recv(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, void* ctx) {
-  Ep* ep = epOf(f);
-  iovec iov{buf, len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kMsg, true, false, &iov, &desc, 1, 0, 0, src, ctx, "fi_recv"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_recv(ep->base, buf, len, bd[0], src, ctx));
-}
-ssize_t recvv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src, void* ctx) {
-  Ep* ep = epOf(f);
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kMsg, true, false, iov, desc, count, 0, 0, src, ctx, "fi_recvv"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_recvv(ep->base, iov, bd, count, src, ctx));
-}
-ssize_t recvmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
-  Ep* ep = epOf(f);
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kMsg, true, false,     msg->msg_iov, msg->desc,   msg->iov_count,
-            0,          0,    msg->addr, msg->context, "fi_recvmsg"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  fi_msg copy = *msg;
-  copy.desc = bd;
-  return tally(ep, post, fi_recvmsg(ep->base, &copy, flags));
-}
-ssize_t send(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest, void* ctx) {
-  Ep* ep = epOf(f);
-  iovec iov{const_cast<void*>(buf), len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kMsg, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_send"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_send(ep->base, buf, len, bd[0], dest, ctx));
-}
-ssize_t sendv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t dest, void* ctx) {
-  Ep* ep = epOf(f);
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kMsg, false, false, iov, desc, count, 0, 0, dest, ctx, "fi_sendv"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_sendv(ep->base, iov, bd, count, dest, ctx));
-}
-ssize_t sendmsg(fid_ep* f, const fi_msg* msg, uint64_t flags) {
-  Ep* ep = epOf(f);
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kMsg,
-            false,
-            (flags & FI_INJECT) != 0,
-            msg->msg_iov,
-            msg->desc,
-            msg->iov_count,
-            0,
-            0,
-            msg->addr,
-            msg->context,
-            "fi_sendmsg"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  fi_msg copy = *msg;
-  copy.desc = bd;
-  return tally(ep, post, fi_sendmsg(ep->base, &copy, flags));
-}
-ssize_t inject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest) {
-  Ep* ep = epOf(f);
-  iovec iov{const_cast<void*>(buf), len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kMsg, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_inject(ep->base, buf, len, dest));
-}
-ssize_t senddata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data, fi_addr_t dest,
-                 void* ctx) {
-  Ep* ep = epOf(f);
-  iovec iov{const_cast<void*>(buf), len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kMsg, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_senddata"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_senddata(ep->base, buf, len, bd[0], data, dest, ctx));
-}
-ssize_t injectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest) {
-  Ep* ep = epOf(f);
-  iovec iov{const_cast<void*>(buf), len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kMsg, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_injectdata"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_injectdata(ep->base, buf, len, data, dest));
-}
-
-// --- tagged
-// Posts a tagged receive to the base with the scratch room after the caller's iovs (see
-// roomForReceive), remembering the caller's length for the CQ.
-ssize_t postWithRoom(Ep* ep, const Post& post, void** bd, uint64_t flags) {
-  size_t roomLength = 0;
-  void* room = roomForReceive(&roomLength);
-  iovec iov[kMaxIov + 1];
-  void* desc[kMaxIov + 1];
-  size_t length = 0;
-  for (size_t i = 0; i < post.count; ++i) {
-    iov[i] = post.iov[i];
-    desc[i] = bd[i];
-    length += post.iov[i].iov_len;
-  }
-  size_t count = post.count;
-  if (room != nullptr && ep->rxCq != nullptr) {
-    iov[count] = {room, roomLength};
-    desc[count] = nullptr;
-    ++count;
-    std::lock_guard<std::mutex> guard(ep->rxCq->mutex);
-    ep->rxCq->roomy[post.context] = length;
-  }
-  fi_msg_tagged msg{iov, desc, count, post.addr, post.tag, post.ignore, post.context, 0};
-  ssize_t ret = fi_trecvmsg(ep->base, &msg, flags);
-  if (ret != 0 && count > post.count) {
-    std::lock_guard<std::mutex> guard(ep->rxCq->mutex);
-    ep->rxCq->roomy.erase(post.context);
-  }
-  return ret;
-}
-
-ssize_t trecv(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, uint64_t tag,
-              uint64_t ignore, void* ctx) {
-  Ep* ep = epOf(f);
-  iovec iov{buf, len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kTagged, true, false, &iov, &desc, 1, tag, ignore, src, ctx, "fi_trecv"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, postWithRoom(ep, post, bd, 0));
-}
-ssize_t trecvv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src, uint64_t tag,
-               uint64_t ignore, void* ctx) {
-  Ep* ep = epOf(f);
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kTagged, true, false, iov, desc, count, tag, ignore, src, ctx, "fi_trecvv"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, postWithRoom(ep, post, bd, 0));
-}
-ssize_t trecvmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
-  Ep* ep = epOf(f);
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kTagged, true,        false,     msg->msg_iov, msg->desc,    msg->iov_count,
-            msg->tag,      msg->ignore, msg->addr, msg->context, "fi_trecvmsg"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  // Peeks and claims name messages the base holds already: no room to add.
-  if ((flags & (FI_PEEK | FI_CLAIM)) != 0) {
-    fi_msg_tagged copy = *msg;
-    copy.desc = bd;
-    return tally(ep, post, fi_trecvmsg(ep->base, &copy, flags));
-  }
-  return tally(ep, post, postWithRoom(ep, post, bd, flags));
-}
-ssize_t tsend(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest, uint64_t tag,
-              void* ctx) {
-  Ep* ep = epOf(f);
-  iovec iov{const_cast<void*>(buf), len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kTagged, false, false, &iov, &desc, 1, tag, 0, dest, ctx, "fi_tsend"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_tsend(ep->base, buf, len, bd[0], dest, tag, ctx));
-}
-ssize_t tsendv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t dest, uint64_t tag,
-               void* ctx) {
-  Ep* ep = epOf(f);
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kTagged, false, false, iov, desc, count, tag, 0, dest, ctx, "fi_tsendv"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_tsendv(ep->base, iov, bd, count, dest, tag, ctx));
-}
-ssize_t tsendmsg(fid_ep* f, const fi_msg_tagged* msg, uint64_t flags) {
-  Ep* ep = epOf(f);
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kTagged,
-            false,
-            (flags & FI_INJECT) != 0,
-            msg->msg_iov,
-            msg->desc,
-            msg->iov_count,
-            msg->tag,
-            0,
-            msg->addr,
-            msg->context,
-            "fi_tsendmsg"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  fi_msg_tagged copy = *msg;
-  copy.desc = bd;
-  return tally(ep, post, fi_tsendmsg(ep->base, &copy, flags));
-}
-ssize_t tinject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t tag) {
-  Ep* ep = epOf(f);
-  iovec iov{const_cast<void*>(buf), len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kTagged, false, true, &iov, nullptr, 1, tag, 0, dest, nullptr, "fi_tinject"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_tinject(ep->base, buf, len, dest, tag));
-}
-ssize_t tsenddata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data, fi_addr_t dest,
-                  uint64_t tag, void* ctx) {
-  Ep* ep = epOf(f);
-  iovec iov{const_cast<void*>(buf), len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kTagged, false, false, &iov, &desc, 1, tag, 0, dest, ctx, "fi_tsenddata"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_tsenddata(ep->base, buf, len, bd[0], data, dest, tag, ctx));
-}
-ssize_t tinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
-                    uint64_t tag) {
-  Ep* ep = epOf(f);
-  iovec iov{const_cast<void*>(buf), len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kTagged, false, true, &iov, nullptr, 1, tag, 0, dest, nullptr, "fi_tinjectdata"};
-  if (!admit(ep, post, bd, &ret)) return ret;
-  return tally(ep, post, fi_tinjectdata(ep->base, buf, len, data, dest, tag));
-}
-
-// --- RMA
-// The message's remote iovs in the base's terms, in `rma` (kMaxIov entries).
-bool translateRma(Ep* ep, const fi_msg_rma* msg, fi_rma_iov* rma) {
-  if (msg->rma_iov_count > kMaxIov) return false;
-  for (size_t i = 0; i < msg->rma_iov_count; ++i) {
-    rma[i] = msg->rma_iov[i];
-    baseRmaTarget(ep->domain, &rma[i].addr, &rma[i].key);
-  }
-  return true;
-}
-
-ssize_t rread(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, uint64_t addr,
-              uint64_t key, void* ctx) {
-  Ep* ep = epOf(f);
-  iovec iov{buf, len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kRead, false, false, &iov, &desc, 1, 0, 0, src, ctx, "fi_read"};
-  fi_rma_iov target{addr, 0, key};
-  post.rma = &target;
-  post.rmaCount = 1;
-  if (!admit(ep, post, bd, &ret)) return ret;
-  baseRmaTarget(ep->domain, &addr, &key);
-  return tally(ep, post, fi_read(ep->base, buf, len, bd[0], src, addr, key, ctx));
-}
-ssize_t rreadv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src, uint64_t addr,
-               uint64_t key, void* ctx) {
-  Ep* ep = epOf(f);
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kRead, false, false, iov, desc, count, 0, 0, src, ctx, "fi_readv"};
-  fi_rma_iov target{addr, 0, key};
-  post.rma = &target;
-  post.rmaCount = 1;
-  if (!admit(ep, post, bd, &ret)) return ret;
-  baseRmaTarget(ep->domain, &addr, &key);
-  return tally(ep, post, fi_readv(ep->base, iov, bd, count, src, addr, key, ctx));
-}
-ssize_t rreadmsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
-  Ep* ep = epOf(f);
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kRead, false, false,     msg->msg_iov, msg->desc,   msg->iov_count,
-            0,           0,     msg->addr, msg->context, "fi_readmsg"};
-  post.rma = msg->rma_iov;
-  post.rmaCount = msg->rma_iov_count;
-  if (!admit(ep, post, bd, &ret)) return ret;
-  fi_msg_rma copy = *msg;
-  copy.desc = bd;
-  fi_rma_iov rma[kMaxIov];
-  if (!translateRma(ep, msg, rma)) return -FI_EINVAL;
-  copy.rma_iov = rma;
-  return tally(ep, post, fi_readmsg(ep->base, &copy, flags));
-}
-ssize_t rwrite(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest, uint64_t addr,
-               uint64_t key, void* ctx) {
-  Ep* ep = epOf(f);
-  iovec iov{const_cast<void*>(buf), len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kWrite, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_write"};
-  fi_rma_iov target{addr, 0, key};
-  post.rma = &target;
-  post.rmaCount = 1;
-  if (!admit(ep, post, bd, &ret)) return ret;
-  baseRmaTarget(ep->domain, &addr, &key);
-  return tally(ep, post, fi_write(ep->base, buf, len, bd[0], dest, addr, key, ctx));
-}
-ssize_t rwritev(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t dest,
-                uint64_t addr, uint64_t key, void* ctx) {
-  Ep* ep = epOf(f);
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kWrite, false, false, iov, desc, count, 0, 0, dest, ctx, "fi_writev"};
-  fi_rma_iov target{addr, 0, key};
-  post.rma = &target;
-  post.rmaCount = 1;
-  if (!admit(ep, post, bd, &ret)) return ret;
-  baseRmaTarget(ep->domain, &addr, &key);
-  return tally(ep, post, fi_writev(ep->base, iov, bd, count, dest, addr, key, ctx));
-}
-ssize_t rwritemsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
-  Ep* ep = epOf(f);
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kWrite,
-            false,
-            (flags & FI_INJECT) != 0,
-            msg->msg_iov,
-            msg->desc,
-            msg->iov_count,
-            0,
-            0,
-            msg->addr,
-            msg->context,
-            "fi_writemsg"};
-  post.rma = msg->rma_iov;
-  post.rmaCount = msg->rma_iov_count;
-  if (!admit(ep, post, bd, &ret)) return ret;
-  fi_msg_rma copy = *msg;
-  copy.desc = bd;
-  fi_rma_iov rma[kMaxIov];
-  if (!translateRma(ep, msg, rma)) return -FI_EINVAL;
-  copy.rma_iov = rma;
-  return tally(ep, post, fi_writemsg(ep->base, &copy, flags));
-}
-ssize_t rinject(fid_ep* f, const void* buf, size_t len, fi_addr_t dest, uint64_t addr,
-                uint64_t key) {
-  Ep* ep = epOf(f);
-  iovec iov{const_cast<void*>(buf), len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kWrite, false, true, &iov, nullptr, 1, 0, 0, dest, nullptr, "fi_inject_write"};
-  fi_rma_iov target{addr, 0, key};
-  post.rma = &target;
-  post.rmaCount = 1;
-  if (!admit(ep, post, bd, &ret)) return ret;
-  baseRmaTarget(ep->domain, &addr, &key);
-  return tally(ep, post, fi_inject_write(ep->base, buf, len, dest, addr, key));
-}
-ssize_t rwritedata(fid_ep* f, const void* buf, size_t len, void* desc, uint64_t data,
-                   fi_addr_t dest, uint64_t addr, uint64_t key, void* ctx) {
-  Ep* ep = epOf(f);
-  iovec iov{const_cast<void*>(buf), len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kWrite, false, false, &iov, &desc, 1, 0, 0, dest, ctx, "fi_writedata"};
-  fi_rma_iov target{addr, 0, key};
-  post.rma = &target;
-  post.rmaCount = 1;
-  if (!admit(ep, post, bd, &ret)) return ret;
-  baseRmaTarget(ep->domain, &addr, &key);
-  if (ep->domain->holdMs > 0 && ep->txCq != nullptr &&
-      holdWrite(ep, buf, len, data, dest, addr, key)) {
-    ep->txCq->pushSuccess(ctx, completionFlags(post));
-    return tally(ep, post, 0);
-  }
-  return tally(ep, post, fi_writedata(ep->base, buf, len, bd[0], data, dest, addr, key, ctx));
-}
-ssize_t rinjectdata(fid_ep* f, const void* buf, size_t len, uint64_t data, fi_addr_t dest,
-                    uint64_t addr, uint64_t key) {
-  Ep* ep = epOf(f);
-  iovec iov{const_cast<void*>(buf), len};
-  void* bd[kMaxIov];
-  ssize_t ret;
-  Post post{Kind::kWrite,         false, true, &iov, nullptr, 1, 0, 0, dest, nullptr,
-            "fi_inject_writedata"};
-  fi_rma_iov target{addr, 0, key};
-  post.rma = &target;
-  post.rmaCount = 1;
-  if (!admit(ep, post, bd, &ret)) return ret;
-  baseRmaTarget(ep->domain, &addr, &key);
-  if (ep->domain->holdMs > 0 && holdWrite(ep, buf, len, data, dest, addr, key)) {
-    return tally(ep, post, 0);
-  }
-  return tally(ep, post, fi_inject_writedata(ep->base, buf, len, data, dest, addr, key));
-}
-
-fi_ops_rma makeRmaOps() {
-  fi_ops_rma ops{};
-  ops.size = sizeof(ops);
-  ops.read = rread;
-  ops.readv = rreadv;
-  ops.readmsg = rreadmsg;
-  ops.write = rwrite;
-  ops.writev = rwritev;
-  ops.writemsg = rwritemsg;
-  ops.inject = rinject;
-  ops.writedata = rwritedata;
-  ops.injectdata = rinjectdata;
-  return ops;
-}
-
-fi_ops_msg makeMsgOps() {
-  fi_ops_msg ops{};
-  ops.size = sizeof(ops);
-  ops.recv = recv;
-  ops.recvv = recvv;
-  ops.recvmsg = recvmsg;
-  ops.send = send;
-  ops.sendv = sendv;
-  ops.sendmsg = sendmsg;
-  ops.inject = inject;
-  ops.senddata = senddata;
-  ops.injectdata = injectdata;
-  return ops;
-}
-
-fi_ops_tagged makeTaggedOps() {
-  fi_ops_tagged ops{};
-  ops.size = sizeof(ops);
-  ops.recv = trecv;
-  ops.recvv = trecvv;
-  ops.recvmsg = trecvmsg;
-  ops.send = tsend;
-  ops.sendv = tsendv;
-  ops.sendmsg = tsendmsg;
-  ops.inject = tinject;
-  ops.senddata = tsenddata;
-  ops.injectdata = tinjectdata;
-  return ops;
-}
+namespace {
 
 fi_ops_atomic makeAtomicOps() {
   fi_ops_atomic ops{};
@@ -682,17 +244,14 @@ fi_ops_atomic makeAtomicOps() {
   return ops;
 }
 
-fi_ops_msg g_msgOps = makeMsgOps();
-fi_ops_tagged g_taggedOps = makeTaggedOps();
 fi_ops_atomic g_atomicOps = makeAtomicOps();
-fi_ops_rma g_rmaOps = makeRmaOps();
 
 }  // namespace
 
 void installDataOps(Ep* ep) {
-  ep->fid.msg = &g_msgOps;
-  ep->fid.tagged = &g_taggedOps;
-  ep->fid.rma = &g_rmaOps;
+  ep->fid.msg = msgOps();
+  ep->fid.tagged = taggedOps();
+  ep->fid.rma = rmaOps();
   ep->fid.atomic = &g_atomicOps;
 }
 

@@ -3,11 +3,21 @@
 // later. On EFA a write completes once the peer's NIC placed it; the stand-in's tcp base does
 // not promise that either, and this makes the difference as large as a test needs. The bytes are
 // copied when the write is posted, so the initiator may reuse its buffer as the completion says.
+#include <atomic>
 #include <cstring>
 
 #include "efa_rules.h"
 
 namespace efa_rules {
+namespace {
+
+// Keys of the copies' registrations, for a base that takes the caller's keys (tcp on 1.17): apart
+// from ours (mr.cc, 0xefa << 40) and unique, or the second copy would be refused (-FI_ENOKEY) and
+// its write go at once.
+constexpr uint64_t kHeldKeyBase = uint64_t{0xefb} << 40;
+std::atomic<uint64_t> g_nextHeldKey{kHeldKeyBase};
+
+}  // namespace
 
 bool holdWrite(Ep* ep, const void* buf, size_t len, uint64_t data, fi_addr_t dest, uint64_t addr,
                uint64_t key) {
@@ -21,8 +31,8 @@ bool holdWrite(Ep* ep, const void* buf, size_t len, uint64_t data, fi_addr_t des
   write.addr = addr;
   write.key = key;
   write.due = std::chrono::steady_clock::now() + std::chrono::milliseconds(domain->holdMs);
-  if (len > 0 && fi_mr_reg(domain->base, write.bytes.data(), len, FI_WRITE, 0, 0, 0, &write.mr,
-                           nullptr) != 0) {
+  if (len > 0 && fi_mr_reg(domain->base, write.bytes.data(), len, FI_WRITE, 0, g_nextHeldKey++, 0,
+                           &write.mr, nullptr) != 0) {
     domain->held.pop_back();
     return false;
   }

@@ -118,7 +118,7 @@ fi_info* toEfaInfo(const fi_info* base, const fi_info* hints, const Config& conf
   uint64_t mrMode = kRequiredMrMode | (hintMr & FI_MR_LOCAL);
   if (hmem && (hintMr & FI_MR_HMEM)) mrMode |= FI_MR_HMEM;
   info->domain_attr->mr_mode = static_cast<int>(mrMode);
-  if (info->caps & FI_RMA) info->domain_attr->cq_data_size = 8;
+  info->domain_attr->cq_data_size = kEfaCqDataSize;  // EFA's, with or without FI_RMA
   info->ep_attr->mem_tag_format = config.tagBits > 0 ? (1ULL << config.tagBits) - 1 : kTagGeneric;
   info->ep_attr->protocol = FI_PROTO_EFA;
   info->tx_attr->inject_size = std::min(base->tx_attr->inject_size, kInjectLimit);

@@ -157,6 +157,7 @@ int regAttr(fid* f, const fi_mr_attr* attr, uint64_t flags, fid_mr** mr) {
   ours->start = reinterpret_cast<uintptr_t>(range.iov_base);
   ours->end = ours->start + range.iov_len;
   ours->device = device;
+  if (attr->iface == FI_HMEM_CUDA) ours->deviceId = attr->device.cuda;
   ours->domain = domain;
   {
     std::lock_guard<std::mutex> guard(g_mutex);

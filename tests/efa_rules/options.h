@@ -18,6 +18,9 @@ constexpr int kOptEfaSendrecvInOrder128 = kOptEfaRnrRetry + 5;
 constexpr int kOptEfaWriteInOrder128 = kOptEfaRnrRetry + 6;
 // Ours, for tests: getopt returns the process's violation count (uint64_t).
 constexpr int kOptEfaRulesViolations = kOptEfaRnrRetry + 0x100;
+// Ours, for tests: getopt returns the -FI_EAGAIN answers this endpoint's posts got while waiting
+// for a peer's handshake (uint64_t; handshake.cc).
+constexpr int kOptEfaRulesHandshakeEagains = kOptEfaRnrRetry + 0x101;
 
 static_assert(FI_OPT_EFA_RNR_RETRY == kOptEfaRnrRetry, "fi_ext.h disagrees");
 #if NNF_EFA_RULES_HAVE_CUDA_API_PERMITTED

@@ -1,7 +1,21 @@
 // EFA-rules provider: a libfabric provider for tests only (libefa-rules-fi.so, loaded by the
 // core through FI_PROVIDER_PATH). It presents itself as "efa" with EFA RDM's attributes, carries
 // the bytes over a real provider underneath, hands completions back out of order as SRD may,
-// and fails loudly when a caller breaks one of EFA's rules.
+// and fails loudly when a caller breaks one of EFA's rules. Where libfabric 2.x's efa provider
+// behaves in ways a reading of the rules misses, the stand-in does as it does (defaults as on a
+// p5 between hosts of one software version):
+//   - cq_data_size is 4 (the device's 32-bit immediate; rule 12). A peer's write with data
+//     completes at the target with op_context NULL, flags FI_REMOTE_CQ_DATA | FI_RMA |
+//     FI_REMOTE_WRITE, len the bytes written (tcp on 1.17 says 0: the initiator sends the length
+//     in the base's upper 32 bits of immediate data, the target's CQ takes it out) and data the
+//     32-bit immediate (immediate.cc).
+//   - writes EFA emulates copy their payload as desc[0]'s memory type (rule 11,
+//     emulated_write.cc): a write with data and more than one iov, every write with
+//     NNF_EFA_RULES_EMULATED_WRITE=1, writes to NNF_EFA_RULES_EMULATE_PEER's peers.
+//   - error completions come out among the successes (NNF_EFA_RULES_INTERLEAVE_ERRORS), remote
+//     writes may fail at their target with a NULL-context error
+//     (NNF_EFA_RULES_REMOTE_WRITE_ERRORS), and posts to a new peer answer -FI_EAGAIN until its
+//     handshake (NNF_EFA_RULES_HANDSHAKE_EAGAIN, handshake.cc).
 //
 // Environment (read when objects are opened, except where noted):
 //   NNF_EFA_RULES_BASE      base provider: tcp (default) or shm
@@ -25,8 +39,29 @@
 //                           each NIC's domain opens its own base domain over the same base
 //                           interface, and registers memory with keys that name the NIC
 //   NNF_EFA_RULES_EMULATED_WRITE 1: FI_OPT_EFA_EMULATED_WRITE answers true, as on a NIC
-//                           without device RDMA write (p4d); default 0, as on a p5 (the bytes
-//                           move through the base's RMA either way)
+//                           without device RDMA write (p4d), and every write is emulated (rule 11
+//                           for any iov count); default 0, as on a p5 (the bytes move through the
+//                           base's RMA either way)
+//   NNF_EFA_RULES_EMULATE_PEER  comma list of "all" (every peer but the endpoint itself) and
+//                           "nic:N" (peers whose endpoint is on NIC N; with one NIC every peer is
+//                           on NIC 0): writes to them are emulated, as to hosts whose device or
+//                           libfabric differs in RDMA-write support, while
+//                           FI_OPT_EFA_EMULATED_WRITE still answers false (default: none)
+//   NNF_EFA_RULES_REMOTE_WRITE_ERRORS  N: every Nth write with immediate data a CQ receives fails
+//                           at the target: instead of its completion, an error entry with
+//                           op_context NULL, flags FI_REMOTE_CQ_DATA | FI_RMA | FI_REMOTE_WRITE,
+//                           data its immediate, err FI_EIO, prov_errno 0xefa0fe (the bytes may
+//                           have landed); its initiator's completion is a success, as where an
+//                           unsolicited write receive fails at the target (default 0: none)
+//   NNF_EFA_RULES_INTERLEAVE_ERRORS  0: an error completion is read only once no success waits
+//                           (the old order); default 1: with errors and successes waiting, each
+//                           read gives -FI_EAVAIL with probability 1/2 (seeded), as the device
+//                           completes them
+//   NNF_EFA_RULES_HANDSHAKE_EAGAIN  K: an endpoint's first K transmit posts (sends, injects, RMA)
+//                           to each destination but itself answer -FI_EAGAIN, or fewer where a
+//                           message from that peer was received first on the endpoint's CQ
+//                           (seen only with FI_SOURCE); default 2, 0 off. Counted per endpoint
+//                           (getopt kOptEfaRulesHandshakeEagains)
 //   NNF_EFA_RULES_FAIL_NIC  N: every RMA write posted on NIC N fails (error completion FI_EIO,
 //                           prov_errno 0xefa0ff; an inject returns -FI_EIO), as over a broken link
 //   NNF_EFA_RULES_HOLD_NIC  n:ms: RMA writes with immediate data posted on NIC n complete at once
@@ -70,6 +105,15 @@
 //                           with FI_MR_PROV_KEY (neither tcp nor shm) is not checked. Whether the
 //                           key is live in the target process is not checked (no process sees
 //                           another's registrations; the base refuses a dead key anyway).
+//  11 mixed-hmem-iov        a write EFA emulates (above) with an iov of another memory type than
+//                           desc[0]'s (host and device mixed, another GPU, or device memory
+//                           behind a missing desc[0]): the provider would copy device memory
+//                           with the CPU (or host memory as device memory)
+//  12 cq-data-size          immediate data (a *data call, or FI_REMOTE_CQ_DATA) with bits above
+//                           32: EFA carries 4 bytes
+//  13 rma-size              a write with immediate data longer than 1 GiB: EFA cuts a write at
+//                           min(1 GiB, max_rdma_size) and each piece completes at the target
+//                           with the same immediate
 #include <cstddef>
 
 #include "efa_rules.h"

@@ -59,6 +59,12 @@ const char* ruleName(Rule rule) {
       return "wrong-domain";
     case Rule::kRemoteKeyDomain:
       return "remote-key-domain";
+    case Rule::kMixedHmemIov:
+      return "mixed-hmem-iov";
+    case Rule::kCqDataSize:
+      return "cq-data-size";
+    case Rule::kRmaSize:
+      return "rma-size";
   }
   return "unknown";
 }
@@ -85,7 +91,7 @@ uint64_t violationCount() {
 
 bool isRuleErrno(int provErrno) {
   return provErrno > kProvErrnoBase &&
-         provErrno <= kProvErrnoBase + static_cast<int>(Rule::kRemoteKeyDomain);
+         provErrno <= kProvErrnoBase + static_cast<int>(Rule::kLastRule);
 }
 
 bool driverSaysDevice(const void* p) {

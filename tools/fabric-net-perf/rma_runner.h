@@ -4,8 +4,8 @@
 // Window layout, the same on every rank: the signal words (rma_engine.h), then per peer a source
 // region (what this rank puts to that peer, or what that peer gets from here), then per peer a
 // landing region (what that peer puts here, or what this rank gets from it). A region holds up to
-// --window message slots, fewer for large messages (kRegionBudget). With 2 ranks rank 0 issues and
-// rank 1 is the target; with more every rank issues to every other at once.
+// --window message slots, fewer for large messages and many ranks (kRegionBudget). With 2 ranks
+// rank 0 issues and rank 1 is the target; with more every rank issues to every other at once.
 #pragma once
 
 #include <chrono>

@@ -47,6 +47,14 @@ MIN_ROWS=4 check_mode bibw bibw -b 4K -e 1M -f 4 -n 20
 MIN_ROWS=4 check_mode lat lat -b 8 -e 4K -f 8 -n 100
 MIN_ROWS=6 check_mode msgrate msgrate -b 8 -e 4K -f 8 --comms 2 -n 300 --repeat 2
 MIN_ROWS=3 check_mode alltoall alltoall -b 1K -e 64K -f 8 --ranks 3 -n 5
+# The rma mode (issue 26): put-with-signal latency between 2 ranks (the target waits on its
+# signal), gets all-to-all among 3, the plugin's RMA table beside raw libfabric RMA.
+MIN_ROWS=3 check_mode rma-put-signal rma put-signal -b 8 -e 4K -f 64 -n 100
+MIN_ROWS=2 check_mode rma-get rma get -b 4K -e 256K -f 64 -n 50 --ranks 3
+grep -q '^# fabric-net-perf rma put-signal, provider .*, full check$' "$out/rma-put-signal.txt" ||
+  fail "rma put-signal: no title line"
+grep -q '^# plugin: .* ncclRmaPlugin_v15, ' "$out/rma-get.txt" || fail "rma get: not the v15 table"
+grep -q '^# rma get: 3 ranks, all-to-all' "$out/rma-get.txt" || fail "rma get: no all-to-all line"
 
 # The posting orders of issue 28 (rounds of a window, each ended by the acknowledgement), every
 # byte checked, with busy loops beside the ranks; the table says both, and the busy loops end

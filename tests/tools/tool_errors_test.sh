@@ -60,6 +60,10 @@ expect "perf, FI_PROVIDER unknown" 1 '^fabric-net-perf: FI_PROVIDER=nonexistent'
 expect "perf, --window 64" 2 "--window: '64'" '1\.\.32' -- "$perf" bw --window 64
 expect "perf, --ranks 1" 2 '2\.\.16' -- "$perf" alltoall --ranks 1
 expect "perf, -b 3G" 2 '0\.\.2G-1' -- "$perf" bw -b 3G
+expect "perf, rma without an operation" 2 '^fabric-net-perf: rma: expected an operation' \
+  'put, put-signal, get' -- "$perf" rma --check
+expect "perf, rma --ranks 9" 2 'rma: --ranks 9 is more than 8' -- "$perf" rma put --ranks 9
+expect "perf, rma over two hosts" 2 'rma: local ranks only' -- "$perf" rma get --listen
 
 status=0
 FI_PROVIDER=shm "$info" >"$out/stdout" 2>"$out/stderr" || status=$?

@@ -20,6 +20,7 @@
 #include "plugin_engine.h"
 #include "raw_engine.h"
 #include "report.h"
+#include "rma_mode.h"
 
 namespace nnf::perf {
 namespace {
@@ -116,9 +117,23 @@ int commsMain(Bootstrap& boot, const Options& opts, const std::string& provider,
   return writeResults(report, opts);
 }
 
+// The rma mode: the plugin's RMA table beside raw libfabric RMA (rma_mode.h).
+int rmaMain(Bootstrap& boot, const Options& opts, const std::string& provider,
+            const std::string& pluginPath) {
+  setLogRank(boot.rank());
+  Report report;
+  std::string error;
+  if (!runRmaMode(boot, opts, provider, pluginPath, &report, &error)) {
+    std::fprintf(stderr, "fabric-net-perf: rank %d: %s\n", boot.rank(), error.c_str());
+    return 1;
+  }
+  return boot.rank() == 0 ? writeResults(report, opts) : 0;
+}
+
 int rankMain(Bootstrap& boot, const Options& opts, const std::string& provider,
              const std::string& pluginPath) {
   if (opts.mode == Mode::kComms) return commsMain(boot, opts, provider, pluginPath);
+  if (opts.mode == Mode::kRma) return rmaMain(boot, opts, provider, pluginPath);
   setLogRank(boot.rank());
   Report report;
   report.opts = opts;

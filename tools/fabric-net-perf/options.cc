@@ -27,6 +27,8 @@ ModeDefaults defaultsFor(Mode mode) {
       return {1u << 10, 4u << 20, 4};
     case Mode::kComms:
       return {64, 64, 2};  // one size: -b (or -e) sets it
+    case Mode::kRma:
+      return {4u << 10, 16u << 20, 4};  // put-signal: the lat sweep (parseOptions)
   }
   return {8, 16u << 20, 4};
 }
@@ -109,6 +111,23 @@ bool checkCommsOptions(Options* opts, std::string* error) {
   return true;
 }
 
+// rma: local ranks only, 2..8 of them, and none of the two-sided modes' options.
+bool checkRmaOptions(const Options& opts, std::string* error) {
+  if (opts.twoHosts()) {
+    *error = "rma: local ranks only (no --listen, no --connect)";
+    return false;
+  }
+  if (opts.ranks > 8) {
+    *error = "rma: --ranks " + std::to_string(opts.ranks) + " is more than 8";
+    return false;
+  }
+  if (opts.rawRma) {
+    *error = "rma: the raw baseline is raw libfabric RMA already (no --raw)";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 const char* modeName(Mode mode) {
@@ -125,6 +144,20 @@ const char* modeName(Mode mode) {
       return "alltoall";
     case Mode::kComms:
       return "comms";
+    case Mode::kRma:
+      return "rma";
+  }
+  return "?";
+}
+
+const char* rmaOpName(RmaOp op) {
+  switch (op) {
+    case RmaOp::kPut:
+      return "put";
+    case RmaOp::kPutSignal:
+      return "put-signal";
+    case RmaOp::kGet:
+      return "get";
   }
   return "?";
 }
@@ -155,7 +188,13 @@ void printUsage(const char* argv0) {
       "  msgrate   small messages over 1, 2, 4 .. --comms comms at once\n"
       "  alltoall  every rank of a local group sends to every other at once, uneven sizes\n"
       "  comms     --comms N comms open at once (plugin only): set-up, one message on each,\n"
-      "            close; seconds, memory and file descriptors per side\n\n"
+      "            close; seconds, memory and file descriptors per side\n"
+      "  rma OP    the plugin's one-sided RMA table beside raw libfabric RMA, --ranks local\n"
+      "            ranks (2..8, default 2; rank 0 to rank 1 for 2, all-to-all for more):\n"
+      "            put (fi_write), get (fi_read): GB/s with --window operations in flight\n"
+      "            per peer; put-signal (fi_writedata, the target reading its CQ): latency,\n"
+      "            the target waiting on its signal (2 ranks: half the round trip; more:\n"
+      "            one all-to-all step)\n\n"
       "Options:\n"
       "  -b SIZE           smallest message (K/M/G suffixes); comms: the message size\n"
       "                    (default 64)\n"
@@ -169,7 +208,8 @@ void printUsage(const char* argv0) {
       "  --window N        messages in flight per comm (1..32, default 32)\n"
       "  --comms N         msgrate: most comms at once (1..64, default 4); comms: comms open\n"
       "                    at once (1..1000000, default 10000)\n"
-      "  --ranks N         alltoall: ranks in the local group (2..16, default 4)\n"
+      "  --ranks N         alltoall: ranks in the local group (2..16, default 4); rma: 2..8\n"
+      "                    (default 2)\n"
       "  --dev N           plugin device (default 0)\n"
       "  --provider NAME   libfabric provider for plugin and raw (sets FI_PROVIDER)\n"
       "  --plugin PATH     plugin library (default: $NNF_PLUGIN, else the one installed\n"
@@ -216,10 +256,28 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
       opts.mode = Mode::kAlltoall;
     else if (mode == "comms")
       opts.mode = Mode::kComms;
+    else if (mode == "rma")
+      opts.mode = Mode::kRma;
     else {
-      *error = "unknown mode '" + mode + "' (bw, bibw, lat, msgrate, alltoall, comms)";
+      *error = "unknown mode '" + mode + "' (bw, bibw, lat, msgrate, alltoall, comms, rma)";
       return false;
     }
+  }
+  if (opts.mode == Mode::kRma) {
+    std::string op = i < argc ? argv[i] : "";
+    if (op == "put")
+      opts.rmaOp = RmaOp::kPut;
+    else if (op == "put-signal")
+      opts.rmaOp = RmaOp::kPutSignal;
+    else if (op == "get")
+      opts.rmaOp = RmaOp::kGet;
+    else {
+      *error = "rma: expected an operation (put, put-signal, get)" +
+               (op.empty() ? std::string() : ", got '" + op + "'");
+      return false;
+    }
+    ++i;
+    opts.ranks = 2;
   }
   // The comms mode opens thousands of comms at once and measures the plugin alone.
   bool commsMode = opts.mode == Mode::kComms;
@@ -346,6 +404,7 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
     }
   }
   if (commsMode && !checkCommsOptions(&opts, error)) return false;
+  if (opts.mode == Mode::kRma && !checkRmaOptions(opts, error)) return false;
   if (opts.order != Order::kFree && opts.mode != Mode::kBw && opts.mode != Mode::kMsgrate) {
     *error = "--order: bw and msgrate only (one rank sends, the other receives)";
     return false;
@@ -358,7 +417,7 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
     *error = "--listen and --connect exclude each other";
     return false;
   }
-  ModeDefaults d = defaultsFor(opts.mode);
+  ModeDefaults d = defaultsFor(opts.latency() ? Mode::kLat : opts.mode);
   if (!opts.minSet) opts.minBytes = d.minBytes;
   if (!opts.maxSet) opts.maxBytes = opts.minSet ? std::max(opts.minBytes, d.maxBytes) : d.maxBytes;
   if (opts.minSet && !opts.maxSet && opts.minBytes > d.maxBytes) opts.maxBytes = opts.minBytes;
@@ -394,9 +453,10 @@ int itersFor(const Options& opts, size_t bytes) {
   auto clamp = [](double v, int lo, int hi) {
     return static_cast<int>(std::min<double>(hi, std::max<double>(lo, v)));
   };
-  switch (opts.mode) {
+  switch (opts.latency() ? Mode::kLat : opts.mode) {
     case Mode::kBw:
     case Mode::kBibw:
+    case Mode::kRma:
       return clamp(128.0 * 1024 * 1024 / b, 24, 1000);
     case Mode::kMsgrate:
       return clamp(64.0 * 1024 * 1024 / b, 64, 10000);
@@ -427,6 +487,7 @@ std::string agreementKey(const Options& opts) {
   std::string agreed = key;
   if (opts.rawRma) agreed += " raw=rma";
   if (opts.order != Order::kFree) agreed += std::string(" order=") + orderName(opts.order);
+  if (opts.mode == Mode::kRma) agreed += std::string(" rma=") + rmaOpName(opts.rmaOp);
   return agreed;
 }
 

@@ -7,9 +7,14 @@
 
 namespace nnf::perf {
 
-enum class Mode { kBw, kBibw, kLat, kMsgrate, kAlltoall, kComms };
+enum class Mode { kBw, kBibw, kLat, kMsgrate, kAlltoall, kComms, kRma };
 
 const char* modeName(Mode mode);
+
+// rma: the one-sided operation measured (rma_runner.h).
+enum class RmaOp { kPut, kPutSignal, kGet };
+
+const char* rmaOpName(RmaOp op);
 
 // --order: when the receiver posts its receives relative to the sender's sends, round by round
 // (bw, msgrate). kFree: no rounds, bursts of kBurstMessages as without the option.
@@ -19,7 +24,8 @@ const char* orderName(Order order);
 
 struct Options {
   Mode mode = Mode::kBw;
-  size_t minBytes = 0;  // 0 with minSet=false: the mode's default
+  RmaOp rmaOp = RmaOp::kPut;  // rma
+  size_t minBytes = 0;        // 0 with minSet=false: the mode's default
   size_t maxBytes = 0;
   double factor = 0;
   int iters = 0;     // 0: sized from the warm-up so that a measurement lasts timeMs
@@ -29,7 +35,7 @@ struct Options {
   int repeat = 1;   // rounds per point; the best one is kept
   int window = 32;  // messages in flight per comm (NCCL_NET_MAX_REQUESTS)
   int comms = 4;    // msgrate: largest number of comms used at once; comms: comms open at once
-  int ranks = 4;    // alltoall: size of the local group
+  int ranks = 4;    // alltoall, rma: size of the local group (rma: default 2)
   int dev = 0;
   std::string provider;
   bool runPlugin = true;
@@ -43,7 +49,10 @@ struct Options {
   // Measured on a loaded 2-CPU machine: pinning keeps two spinning ping-pong ranks from being
   // stacked on one CPU, but costs the streaming modes the scheduler's freedom to dodge load.
   int pin = -1;
-  bool pinned() const { return pin == 1 || (pin == -1 && mode == Mode::kLat); }
+  bool latency() const {
+    return mode == Mode::kLat || (mode == Mode::kRma && rmaOp == RmaOp::kPutSignal);
+  }
+  bool pinned() const { return pin == 1 || (pin == -1 && latency()); }
   std::string csvPath, jsonPath, plotPath;
   std::string pluginPath;
   // Two hosts: the listening side is rank 0 and prints the results.
@@ -52,7 +61,9 @@ struct Options {
   std::string connectHost;
 
   bool twoHosts() const { return listen || !connectHost.empty(); }
-  int numRanks() const { return mode == Mode::kAlltoall && !twoHosts() ? ranks : 2; }
+  int numRanks() const {
+    return (mode == Mode::kAlltoall || mode == Mode::kRma) && !twoHosts() ? ranks : 2;
+  }
 };
 
 // Fills *out; on a bad command line returns false with a message in *error.

@@ -46,6 +46,10 @@ void setLogRank(int rank) {
   gLogRank = rank;
 }
 
+abi::Logger pluginLogger() {
+  return logger;
+}
+
 PluginEngine::~PluginEngine() {
   close();
 }

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "nccl_net/net.h"
 #include "engine.h"
+#include "nccl_net/net.h"
 #include "plugin_loader.h"
 
 namespace nnf::perf {
@@ -52,5 +52,7 @@ class PluginEngine : public Engine {
 
 // Sets the rank printed in front of the plugin's log lines.
 void setLogRank(int rank);
+// The logger handed to the plugin's init (NCCL_DEBUG picks the level), for the RMA table too.
+abi::Logger pluginLogger();
 
 }  // namespace nnf::perf

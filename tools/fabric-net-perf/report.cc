@@ -10,8 +10,32 @@ namespace nnf::perf {
 namespace {
 
 bool isLat(const Report& r) {
-  return r.opts.mode == Mode::kLat;
+  return r.opts.latency();
 }
+
+// "rma put-signal" for the rma mode, the mode's name otherwise.
+std::string modeTitle(const Options& opts) {
+  if (opts.mode != Mode::kRma) return modeName(opts.mode);
+  return std::string("rma ") + rmaOpName(opts.rmaOp);
+}
+
+void printRmaLine(const Report& r, FILE* out) {
+  int ranks = r.opts.numRanks();
+  const char* shape = ranks > 2 ? "all-to-all" : "rank 0 to rank 1";
+  if (r.opts.latency())
+    std::fprintf(out,
+                 "# rma put-signal: %d ranks, %s; the target waits on its signal word (raw: "
+                 "its CQ) before it answers;\n#   time = %s\n",
+                 ranks, ranks > 2 ? "every rank to every other at once" : "ping-pong",
+                 ranks > 2 ? "one all-to-all step" : "half the round trip (one way)");
+  else
+    std::fprintf(out,
+                 "# rma %s: %d ranks, %s, %d operations in flight per peer; time per "
+                 "operation, GB/s %s per rank\n",
+                 rmaOpName(r.opts.rmaOp), ranks, shape, r.opts.window,
+                 r.opts.rmaOp == RmaOp::kGet ? "read" : "written");
+}
+
 bool isRate(const Report& r) {
   return r.opts.mode == Mode::kMsgrate;
 }
@@ -117,9 +141,9 @@ std::string commsJsonRow(const CommsSide& x) {
 
 void printTable(const Report& r, FILE* out) {
   if (r.opts.mode == Mode::kComms) return printCommsTable(r, out);
-  const char* mode = modeName(r.opts.mode);
-  std::fprintf(out, "# fabric-net-perf %s, provider %s, %s check\n", mode, r.provider.c_str(),
-               r.fullCheck ? "full" : "first/last bytes");
+  std::string mode = modeTitle(r.opts);
+  std::fprintf(out, "# fabric-net-perf %s, provider %s, %s check\n", mode.c_str(),
+               r.provider.c_str(), r.fullCheck ? "full" : "first/last bytes");
   if (r.hasPlugin) std::fprintf(out, "# plugin: %s\n", r.pluginInfo.c_str());
   if (r.hasRaw) std::fprintf(out, "# raw:    %s\n", r.rawInfo.c_str());
   if (r.opts.mode == Mode::kAlltoall)
@@ -128,7 +152,11 @@ void printTable(const Report& r, FILE* out) {
                  "GB/s sent per rank\n",
                  anyRow(r, 0).comms);
   if (r.opts.mode == Mode::kBibw) std::fprintf(out, "# bibw: GB/s of both directions together\n");
-  if (isLat(r)) std::fprintf(out, "# lat: half round trip, ratio = raw median / plugin median\n");
+  if (r.opts.mode == Mode::kRma) printRmaLine(r, out);
+  if (r.opts.mode == Mode::kLat)
+    std::fprintf(out, "# lat: half round trip, ratio = raw median / plugin median\n");
+  if (r.opts.mode == Mode::kRma && isLat(r))
+    std::fprintf(out, "#   ratio = raw median / plugin median\n");
   if (r.opts.order != Order::kFree)
     std::fprintf(out,
                  "# order: %s (rounds of %d messages a comm, each ended by the acknowledgement)\n",
@@ -232,6 +260,7 @@ bool writeJson(const Report& r, const std::string& path, std::string* error) {
   };
   out << "{\n  \"mode\": " << str(modeName(r.opts.mode)) << ",\n  \"provider\": " << str(r.provider)
       << ",\n  \"full_check\": " << (r.fullCheck ? "true" : "false");
+  if (r.opts.mode == Mode::kRma) out << ",\n  \"rma_op\": " << str(rmaOpName(r.opts.rmaOp));
   if (r.hasPlugin) out << ",\n  \"plugin\": " << str(r.pluginInfo);
   if (r.hasRaw) out << ",\n  \"raw\": " << str(r.rawInfo);
   if (r.opts.mode == Mode::kComms) {
@@ -317,7 +346,7 @@ bool writePlot(const Report& r, const std::string& path, std::string* error) {
                          : r.opts.mode == Mode::kAlltoall ? "time per step (us)"
                                                           : "time per message (us)";
     out << "set terminal pngcairo size 900,760 font ',10'\nset output '" << path << "'\n"
-        << "set multiplot layout 2,1 title 'fabric-net-perf " << modeName(r.opts.mode) << ", "
+        << "set multiplot layout 2,1 title 'fabric-net-perf " << modeTitle(r.opts) << ", "
         << r.provider << ": plugin (solid) beside raw libfabric (dashed)'\n"
         << "set logscale x 2\nset grid\nset key outside right top\nset xlabel 'message size "
            "(bytes)'\n";

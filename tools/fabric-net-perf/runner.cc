@@ -296,6 +296,8 @@ bool Runner::setup() {
       break;
     case Mode::kComms:
       return fail("comms: not a pattern (comms.cc runs it)");
+    case Mode::kRma:
+      return fail("rma: not a pattern (rma_runner.cc runs it)");
   }
   if (opts_.mode != Mode::kAlltoall && opts_.mode != Mode::kLat && !addAck(other)) return false;
   return true;

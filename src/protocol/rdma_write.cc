@@ -76,8 +76,11 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
     first.length = 0;
     first.ignore = 0;
     first.transferred = 0;
-    first.tag = encodeData(comm.remoteId(), arrived.slot, arrived.index, 0,
-                           static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)));
+    // The notice (no segments) carries the sent size only where the immediate has room for it
+    // (8 bytes; EFA's 4 take the control word alone, and a provider refuses more).
+    first.tag =
+        encodeData(comm.remoteId(), arrived.slot, arrived.index, 0,
+                   withLength ? static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)) : 0);
     abi::Result result = device.post(first);
     if (result != abi::kSuccess) {
       request.remaining = 0;

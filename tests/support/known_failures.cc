@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdlib>
 #include <string>
 
@@ -16,27 +17,10 @@ struct KnownFailure {
   const char* reason;
 };
 
-// What fails, where, and why (docs/efa.md, "What the real provider does beyond the rules"). Issue
-// 24's defects 1 (GPU eager sends copied by the CPU) and 4 (writes over 1 GiB) are fixed; what is
-// left is on the EFA-rules stand-in (efa+rdma, efa+rdma+2rails), made as strict as the real
-// provider.
-constexpr KnownFailure kKnownFailures[] = {
-    // Issue 24, defect 3, on the stand-in: rule cq-data-size. With EFA's 4-byte immediate the
-    // rdma protocol's truncation notice still puts the size that was sent in the upper 32 bits
-    // (src/protocol/rdma_write.cc startWrite: encodeData(..., 0, total) whatever withLength
-    // says); EFA's device would drop them, an emulated write keep them, and the stand-in refuses
-    // the write, so the notice never arrives and the truncating receive waits. Fix: the length
-    // there only where device.immediateCarriesLength().
-    {"efa+rdma*", "Sizes/TruncatingReceive.FailsTheReceiveWithOneWarn/*",
-     "issue 24 defect 3: the truncation notice's immediate data is wider than EFA's 32 bits "
-     "(rule cq-data-size)"},
-    {"efa+rdma*", "Eager.ALargerSendIntoAnUndescribedReceiveFailsAtTheSender",
-     "issue 24 defect 3: the truncation notice's immediate data is wider than EFA's 32 bits "
-     "(rule cq-data-size)"},
-    {"efa+rdma*", "Isolation/Isolation.AFaultOnOneCommLeavesTheOtherMoving/TruncatingSend",
-     "issue 24 defect 3: the truncation notice's immediate data is wider than EFA's 32 bits "
-     "(rule cq-data-size)"},
-};
+// What fails, where, and why (docs/efa.md, "What the real provider does beyond the rules"). None
+// today: issue 24's defects 1 (GPU eager sends copied by the CPU), 3 (a truncation notice wider
+// than EFA's 4-byte immediate) and 4 (writes over 1 GiB) are fixed.
+constexpr std::array<KnownFailure, 0> kKnownFailures{};
 
 // The reason `name` (suite.test) is known to fail on `provider`, nullptr when none.
 const char* reasonFor(const char* provider, const std::string& name) {

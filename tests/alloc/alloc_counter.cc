@@ -92,7 +92,9 @@ struct LiveLock {
   ~LiveLock() { g_liveLock.clear(std::memory_order_release); }
 };
 
-void remember(void* pointer) {
+// [[maybe_unused]]: only the interposer (NNF_ALLOC_INTERPOSER, off under a sanitizer) calls the
+// note functions.
+[[maybe_unused]] void remember(void* pointer) {
   if (pointer == nullptr) return;
   auto address = reinterpret_cast<uintptr_t>(pointer);
   size_t bytes = malloc_usable_size(pointer);
@@ -136,7 +138,7 @@ void forget(void* pointer) {
 
 // Counts one allocation by `caller`; true when it is charged to the plugin (its address is then
 // to be remembered once made).
-__attribute__((noinline)) bool noteAllocation(void* caller) {
+[[maybe_unused]] __attribute__((noinline)) bool noteAllocation(void* caller) {
   if (!g_armed.load(std::memory_order_relaxed) || t_inHook) return false;
   t_inHook = true;
   bool plugin = false;
@@ -178,7 +180,7 @@ __attribute__((noinline)) bool noteAllocation(void* caller) {
   return plugin;
 }
 
-void noteFree(void* pointer, void* caller) {
+[[maybe_unused]] void noteFree(void* pointer, void* caller) {
   forget(pointer);
   if (pointer == nullptr || !g_armed.load(std::memory_order_relaxed)) return;
   g_frees.fetch_add(1, std::memory_order_relaxed);
@@ -328,11 +330,9 @@ std::string breakdown() {
     uint64_t direct = object.direct.load(), attributed = object.attributed.load();
     if (direct == 0 && attributed == 0) continue;
     const char* base = strrchr(object.name, '/');
-    char line[256];
-    snprintf(line, sizeof(line), "%s%s: direct %llu, attributed %llu", text.empty() ? "" : "; ",
-             base != nullptr ? base + 1 : object.name, static_cast<unsigned long long>(direct),
-             static_cast<unsigned long long>(attributed));
-    text += line;
+    if (!text.empty()) text += "; ";
+    text += base != nullptr ? base + 1 : object.name;
+    text += ": direct " + std::to_string(direct) + ", attributed " + std::to_string(attributed);
   }
   char tail[160];
   snprintf(tail, sizeof(tail), "%sunknown caller %llu, runtime unresolved %llu",

@@ -160,8 +160,8 @@ abi::Result Api::listen(void* ctx, int dev, void* handle, void** listenComm) {
   if (device == nullptr) return abi::kInternalError;
   const std::vector<uint8_t>& address = device->rail().address();
   if (address.size() > ListenHandle::kMaxAddress) {
-    NNF_WARN("RMA listen: the endpoint address of %zu bytes exceeds the handle's %zu", address.size(),
-             ListenHandle::kMaxAddress);
+    NNF_WARN("RMA listen: the endpoint address of %zu bytes exceeds the handle's %zu",
+             address.size(), ListenHandle::kMaxAddress);
     return abi::kSystemError;
   }
   Lock lock(device->domainLock());
@@ -169,8 +169,8 @@ abi::Result Api::listen(void* ctx, int dev, void* handle, void** listenComm) {
   uint64_t nonce = (uint64_t{device->nextNonce()} << 32) | device->nextNonce();
   Listener* listener = device->createComm<Listener>(nonce);
   if (listener == nullptr) return abi::kSystemError;  // logged
-  ListenHandle made = makeListenHandle(listener->id(), nonce, device->provider(), address.data(),
-                                       address.size());
+  ListenHandle made =
+      makeListenHandle(listener->id(), nonce, device->provider(), address.data(), address.size());
   memcpy(handle, &made, sizeof(made));
   *listenComm = listener->handle();
   return abi::kSuccess;
@@ -223,6 +223,10 @@ abi::Result Api::connect(void* ctx, void* const* handles, int nranks, int rank, 
     return result;
   }
   *collComm = group->handle();
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    openGroups_.insert(*collComm);
+  }
   return abi::kSuccess;
 }
 
@@ -239,6 +243,13 @@ abi::Result Api::closeListen(void* listenComm) {
 }
 
 abi::Result Api::closeColl(void* collComm) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (openGroups_.erase(collComm) == 0) {
+      NNF_WARN("RMA %s: %p is not an open RMA group", "closeColl", collComm);
+      return abi::kInternalError;
+    }
+  }
   Group* group = groupOf(collComm, "closeColl");
   return group != nullptr ? group->close() : abi::kInternalError;
 }
@@ -261,8 +272,8 @@ abi::Result Api::destroyContext(void* rmaCtx) {
   return context != nullptr ? context->group().destroyContext(*context) : abi::kInternalError;
 }
 
-abi::Result Api::regMrSym(void* collComm, void* data, size_t size, int type,
-                          uint64_t dmabufOffset, int fd, uint64_t flags, void** mhandle) {
+abi::Result Api::regMrSym(void* collComm, void* data, size_t size, int type, uint64_t dmabufOffset,
+                          int fd, uint64_t flags, void** mhandle) {
   Group* group = groupOf(collComm, "regMrSym");
   if (group == nullptr) return abi::kInternalError;
   if (mhandle == nullptr || (data == nullptr && size > 0)) {
@@ -284,9 +295,10 @@ abi::Result Api::deregMrSym(void* collComm, void* mhandle) {
   if (group == nullptr) return abi::kInternalError;
   Window* window = fromHandle<Window>(mhandle, HandleKind::kWindow);
   if (window == nullptr || window->group != group) {
-    NNF_WARN("RMA deregMrSym: %p is not a registered window of this group (deregistered "
-             "already?)",
-             mhandle);
+    NNF_WARN(
+        "RMA deregMrSym: %p is not a registered window of this group (deregistered "
+        "already?)",
+        mhandle);
     return abi::kInternalError;
   }
   return group->deregisterWindow(*window);

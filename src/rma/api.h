@@ -79,6 +79,9 @@ class Api {
   std::vector<std::unique_ptr<Engine>> engines_;  // by device index
   struct Instance;
   std::unordered_set<Instance*> instances_;
+  // The groups NCCL holds (their collComm handles): closeColl checks here before it reads the
+  // handle, so that a second close is refused instead of reading the freed group.
+  std::unordered_set<const void*> openGroups_;
   bool reportedNoRma_ = false;
 };
 

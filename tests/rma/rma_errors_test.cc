@@ -176,6 +176,7 @@ TEST(RmaErrors, AMisalignedSignalWordIsTheTargetsErrorAndQueryLastErrorSaysSo) {
     // The window starts one byte into an allocation: offset 0 is an aligned offset, but the
     // word it names at the target is not an aligned 64-bit word.
     HostBuffer raw(4096);
+    memset(raw.data(), 0, raw.size());  // checked below: the bad signal must leave it so
     void* sigMh = nullptr;
     // Counted from before the registration: rank 0 may send its signal as soon as its own
     // regMrSym returns, and the entry can land while this rank's regMrSym still progresses.

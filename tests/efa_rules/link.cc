@@ -226,9 +226,17 @@ class Links {
     if (const char* file = envValue("NNF_EFA_RULES_FAIL_FILE")) controls_.file = file;
     active_ = controls_.any() || loadConfig().nics > 1;
     // A file left by an earlier process with our pid must not speak for us.
-    std::string path = healthPath(getpid());
-    unlink(path.c_str());
+    unlink(healthPath(getpid()).c_str());
+    openOwnFile();
+  }
+
+  // This process's health file, made afresh; again in a child forked after it was made (the
+  // mapping it inherited is its parent's file).
+  void openOwnFile() {
+    ownerPid_ = getpid();
+    own_ = nullptr;
     if (!controlled()) return;
+    std::string path = healthPath(ownerPid_);
     mkdir(sharedDirectory().c_str(), 0700);
     int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd >= 0 && ftruncate(fd, kHealthBytes) == 0) {
@@ -236,9 +244,11 @@ class Links {
       if (page != MAP_FAILED) own_ = static_cast<std::atomic<uint32_t>*>(page);
     }
     if (fd >= 0) close(fd);
+    published_ = 0;
   }
 
   uint32_t publishLocked() {
+    if (ownerPid_ != getpid()) openOwnFile();
     uint32_t mask = fileMask_;
     if (opsDown_) mask |= 1u << controls_.ops.nic;
     if (msDown_) mask |= 1u << controls_.ms.nic;
@@ -266,6 +276,7 @@ class Links {
   uint32_t fileMask_ = 0;
   uint32_t published_ = 0;
   std::atomic<uint32_t>* own_ = nullptr;
+  long ownerPid_ = 0;
   std::map<long, PeerHealth> peers_;
   std::map<std::pair<Av*, fi_addr_t>, KnownTarget> targets_;
   std::set<std::pair<Ep*, fi_addr_t>> reached_;

@@ -20,7 +20,9 @@
 // the target of an operation is known where endpoints publish their NIC (several NICs).
 #include "link.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -227,7 +229,22 @@ class Links {
     active_ = controls_.any() || loadConfig().nics > 1;
     // A file left by an earlier process with our pid must not speak for us.
     unlink(healthPath(getpid()).c_str());
+    if (controlled()) removeDeadFiles();
     openOwnFile();
+  }
+
+  // Forked test children leave with _exit: each process that makes a health file removes those
+  // of processes that are gone, so that they do not pile up run after run.
+  static void removeDeadFiles() {
+    DIR* dir = opendir(sharedDirectory().c_str());
+    if (dir == nullptr) return;
+    while (dirent* entry = readdir(dir)) {
+      if (std::strncmp(entry->d_name, "health-", 7) != 0) continue;
+      long pid = std::atol(entry->d_name + 7);
+      if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        unlink((sharedDirectory() + "/" + entry->d_name).c_str());
+    }
+    closedir(dir);
   }
 
   // This process's health file, made afresh; again in a child forked after it was made (the

@@ -115,8 +115,8 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
 
   // --- everything below: caller holds domainLock() ---
 
-  // The device's operation engine (core/operation_engine.h); the calls below forward to it.
-  OperationEngine& engine() { return *engine_; }
+  // The calls below forward to the device's operation engine (core/operation_engine.h).
+
   // Reads completions and dispatches them (remote writes to the protocol), then retries queued
   // operations, then frees closed comms the provider gave back. Inline: every test() and every
   // empty poll comes through here.

@@ -632,6 +632,9 @@ void Rdma::onWriteDone(core::DataComm& comm) {
   comm.device().controlChannel().send(state.closedAck, buffer, state.ring->desc, comm.peer(),
                                       comm.remoteId(), core::wire::ControlKind::kClosedAck,
                                       &state.written, sizeof(state.written));
+  // The app may be waiting on another comm: nothing else would progress this device, and on a
+  // manual-progress provider (tcp) the ack would sit in its queue until the peer's close gave up.
+  comm.device().keepProgressing();
 }
 
 }  // namespace nnf::protocol

@@ -92,11 +92,12 @@ bool ringExposed(const core::DataComm& comm, SendState& state) {
   return false;
 }
 
-// A send that waited holds its memory handle in remoteAddress (see Rdma::postSend); false, and
-// the request failed, when NCCL deregistered the buffer meanwhile.
+// A send that waited holds its memory handle in its pending-send payload (see Rdma::postSend);
+// false, and the request failed, when NCCL deregistered the buffer meanwhile.
 bool takeWaitingHandle(core::SendComm& comm, core::Request& request, core::MemoryHandle** handle) {
   core::Operation& op = request.ops[0];
-  *handle = reinterpret_cast<core::MemoryHandle*>(op.remoteAddress);
+  *handle = op.pendingSend.handle;
+  op.pendingSend.handle = nullptr;
   if (*handle == nullptr) return true;
   --(*handle)->waitingSends;
   if (!(*handle)->released) return true;
@@ -106,7 +107,7 @@ bool takeWaitingHandle(core::SendComm& comm, core::Request& request, core::Memor
     NNF_WARN(
         "send of %llu bytes on comm %u: its buffer was deregistered before the receiver "
         "asked for it; the send fails",
-        static_cast<unsigned long long>(op.ignore), comm.id());
+        static_cast<unsigned long long>(op.pendingSend.bytes), comm.id());
   }
   request.state = core::Request::State::kFailed;
   request.error = abi::kInternalError;
@@ -122,7 +123,7 @@ void sendWaitingEagerly(core::SendComm& comm, SendState& state) {
     rdma::WaitLink* link = state.matcher.takeFirstWaiting([&state](rdma::WaitLink& waiting) {
       const core::Operation* op = core::Operation::fromContext(&waiting);
       return op->request->state == core::Request::State::kActive &&
-             op->ignore <= state.eagerMaxBytes;
+             op->pendingSend.bytes <= state.eagerMaxBytes;
     });
     if (link == nullptr) return;
     int32_t tag = link->tag;
@@ -134,7 +135,7 @@ void sendWaitingEagerly(core::SendComm& comm, SendState& state) {
       // Refused after all (no registration the provider can use): it waits again.
       core::Operation& op = request.ops[0];
       op.tag = waitKey(tag, seq);
-      op.remoteAddress = reinterpret_cast<uintptr_t>(handle);
+      op.pendingSend.handle = handle;
       if (handle != nullptr) ++handle->waitingSends;
       state.matcher.addWaiting(new (&op.context) rdma::WaitLink, tag, seq);
       return;
@@ -206,14 +207,13 @@ abi::Result Rdma::postSend(core::SendComm& comm, core::Request& request, void* d
   op.owner = &comm;
   op.type = core::OpType::kWrite;
   op.buffer = data;
-  op.ignore = size;  // the whole message until its descriptor comes
+  op.pendingSend = core::PendingSend{size, nullptr};  // the whole message until it is matched
   op.desc = handle != nullptr ? handle->desc : nullptr;
   op.peer = comm.peer();
   // Nothing is with the provider until the descriptor has come: a failure or abort before then
   // returns the request to the pool at once.
   request.remaining = 0;
   SendState& state = sendState(comm);
-  op.remoteAddress = 0;  // no waiting: the handle was just checked by isend
   Arrived arrived;
   if (state.matcher.takeDescriptor(tag, seq, &arrived)) {
     const auto* entries = reinterpret_cast<const BufferDescriptor*>(
@@ -229,7 +229,7 @@ abi::Result Rdma::postSend(core::SendComm& comm, core::Request& request, void* d
   }
   op.tag = waitKey(tag, seq);
   // Until the write starts: NCCL may deregister the buffer meanwhile (deregMr, then close).
-  op.remoteAddress = reinterpret_cast<uintptr_t>(handle);
+  op.pendingSend.handle = handle;
   if (handle != nullptr) ++handle->waitingSends;
   // Nothing is posted while it waits: the operation's context is ours to link it with.
   state.matcher.addWaiting(new (&op.context) rdma::WaitLink, tag, seq);
@@ -308,7 +308,7 @@ abi::Result Rdma::postRecv(core::RecvComm& comm, core::Request& request, int cou
     op.buffer = data[i];
     op.length = sizes[i];
     op.transferred = 0;
-    op.ignore = 0;
+    op.eagerCopy = core::EagerCopy{};
     op.tag = core::tags::data(comm.id(), next, tags[i]);
   }
   request.remaining = static_cast<uint8_t>(count);

@@ -117,7 +117,7 @@ bool endedByInject(abi::Result injected, SendState& state, core::Request& reques
 bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, int32_t tag,
                uint16_t seq, core::MemoryHandle* handle) {
   core::Operation& op = request.ops[0];
-  size_t size = op.ignore;
+  size_t size = op.pendingSend.bytes;
   core::Device& device = comm.device();
   // Without a registration the message can go only where the provider needs no descriptor.
   if (handle == nullptr && size > 0 && device.rail().needsLocalRegistration()) return false;
@@ -141,7 +141,7 @@ bool sendEager(core::SendComm& comm, SendState& state, core::Request& request, i
   op.peer = comm.peer();
   op.desc = handle != nullptr ? handle->descOn(0) : nullptr;
   op.length = size;
-  op.ignore = 0;
+  op.segment.shareLeft = 0;  // one segment: nothing to post after it
   op.transferred = 0;
   op.header = header;
   op.headerDesc = state.ring->desc;
@@ -358,10 +358,10 @@ void deliverEager(core::RecvComm& comm, RecvState& state, core::Request& request
     op.headerLength = 0;
     op.remoteAddress = state.bounce->remoteAddress + (payload - state.bounce->data);
     op.remoteKey = state.bounce->key;
-    op.ignore = entry + 1;  // onEagerRead frees it
+    op.eagerCopy = core::EagerCopy{entry, true};  // onEagerRead frees it
     state.inbox.copying(entry);
     if (device.post(op) != abi::kSuccess) {  // logged by the device
-      op.ignore = 0;
+      op.eagerCopy.copying = false;
       comm.onError(op, FI_EIO, 0, "copying an eager message into GPU memory");
       freeEntry(comm, state, entry);
     }
@@ -434,9 +434,12 @@ bool onCreditWriteDone(core::RecvComm& comm, RecvState& state, core::Operation& 
 }
 
 bool onEagerRead(core::RecvComm& comm, RecvState& state, core::Operation& op, int error) {
-  if (op.ignore == 0 || op.request == nullptr) return false;
-  auto entry = static_cast<uint32_t>(op.ignore - 1);
-  op.ignore = 0;
+  // Flushes are reads too, of requests of their own.
+  if (op.request == nullptr || comm.flushPool().owns(op.request) || !op.eagerCopy.copying) {
+    return false;
+  }
+  uint32_t entry = op.eagerCopy.entry;
+  op.eagerCopy.copying = false;
   if (error == 0) op.transferred = op.length;
   freeEntry(comm, state, entry);
   core::Request& request = *op.request;

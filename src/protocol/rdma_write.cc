@@ -57,7 +57,7 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
   core::Operation& first = request.ops[0];
   core::Device& device = comm.device();
   SendState& state = sendState(comm);
-  uint64_t total = first.ignore;
+  uint64_t total = first.pendingSend.bytes;
   bool withLength = state.rdma.immediateCarriesLength();
   if (total > buffer.size) {
     NNF_WARN(
@@ -74,7 +74,7 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
     first.remoteAddress = buffer.address;
     first.remoteKey = buffer.keys[0];
     first.length = 0;
-    first.ignore = 0;
+    first.segment.shareLeft = 0;
     first.transferred = 0;
     // The notice (no segments) carries the sent size only where the immediate has room for it
     // (8 bytes; EFA's 4 take the control word alone, and a provider refuses more).
@@ -118,7 +118,7 @@ void startWrite(core::SendComm& comm, core::Request& request, const Arrived& arr
     op.buffer = base + shares[i].offset;
     op.desc = handle != nullptr ? handle->descOn(rail) : nullptr;
     op.length = segment;
-    op.ignore = shares[i].length - segment;  // bytes of this share after this segment
+    op.segment.shareLeft = shares[i].length - segment;
     op.transferred = 0;
     op.remoteAddress = buffer.address + shares[i].offset;
     op.remoteKey = buffer.keys[rail];
@@ -162,12 +162,14 @@ bool Rdma::continueWrite(core::DataComm& comm, core::Operation& op) {
       op.rail < rdma::kMaxRails) {
     ++rdma::sendState(comm).written.written[op.rail];
   }
-  if (op.ignore == 0 || op.request->state != core::Request::State::kActive) return false;
+  if (op.segment.shareLeft == 0 || op.request->state != core::Request::State::kActive) {
+    return false;
+  }
   op.transferred += op.length;
   op.buffer = static_cast<char*>(op.buffer) + op.length;
   op.remoteAddress += op.length;
-  op.length = std::min(op.ignore, device_.writeSegmentBytes());
-  op.ignore -= op.length;
+  op.length = std::min(op.segment.shareLeft, device_.writeSegmentBytes());
+  op.segment.shareLeft -= op.length;
   if (device_.immediateCarriesLength()) {
     op.tag = (op.tag & 0xffffffffu) | (uint64_t{op.length} << rdma::kLengthShift);
   }

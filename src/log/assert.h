@@ -17,19 +17,20 @@ namespace nnf::log {
 
 #ifdef NNF_DEBUG_ASSERTS
 #define NNF_ASSERTS_ON 1
-#define NNF_ASSERT(condition, fmt, ...)                                                   \
-  do {                                                                                    \
-    if (__builtin_expect(!(condition), 0)) {                                              \
-      ::nnf::log::assertFailed(__FILE__, __LINE__, #condition, fmt, ##__VA_ARGS__);       \
-    }                                                                                     \
+#define NNF_ASSERT(condition, fmt, ...)                                             \
+  do {                                                                              \
+    if (__builtin_expect(!(condition), 0)) {                                        \
+      ::nnf::log::assertFailed(__FILE__, __LINE__, #condition, fmt, ##__VA_ARGS__); \
+    }                                                                               \
   } while (0)
 #else
 #define NNF_ASSERTS_ON 0
 // Type-checked (the format too) but never evaluated.
-#define NNF_ASSERT(condition, fmt, ...)                                                   \
-  do {                                                                                    \
-    if (false) {                                                                          \
-      if (!(condition)) ::nnf::log::assertFailed(__FILE__, __LINE__, #condition, fmt, ##__VA_ARGS__); \
-    }                                                                                     \
+#define NNF_ASSERT(condition, fmt, ...)                                               \
+  do {                                                                                \
+    if (false) {                                                                      \
+      if (!(condition))                                                               \
+        ::nnf::log::assertFailed(__FILE__, __LINE__, #condition, fmt, ##__VA_ARGS__); \
+    }                                                                                 \
   } while (0)
 #endif

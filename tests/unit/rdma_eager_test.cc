@@ -12,7 +12,10 @@
 #include <gtest/gtest.h>
 
 #include "protocol/rdma_eager.h"
+#include "protocol/rdma_eager_credits.h"
+#include "protocol/rdma_eager_inbox.h"
 #include "protocol/rdma_matching.h"
+#include "protocol/rdma_slot_progress.h"
 #include "protocol/rdma_wire.h"
 
 namespace nnf::protocol::rdma {

@@ -28,24 +28,27 @@ EagerReceiver::EagerReceiver(core::RecvComm& comm, RdmaDevice& rdma, const Arena
 // comm that carried one message (10,000 of them in scale_test) takes none.
 void EagerReceiver::maybeGrant(int count, const size_t* sizes) {
   size_t eagerMax = rdma_.eagerMaxBytes();
-  if (eagerMax == 0) tried_ = true;  // nothing to grant: never look again
-  for (int i = 0; i < count && eagerMax > 0; ++i) {
+  if (eagerMax == 0) {
+    mode_.onGrant(false);  // nothing to grant: never look again
+    return;
+  }
+  for (int i = 0; i < count; ++i) {
     if (sizes[i] > eagerMax) continue;
-    grant();
-    break;
+    mode_.onGrant(grant());
+    return;
   }
 }
 
-// Takes the bounce area and grants its entries.
-void EagerReceiver::grant() {
-  tried_ = true;
-  if (bounce_.held() || rdma_.eagerArena() == nullptr || rdma_.eagerMaxBytes() == 0) return;
-  if (!bounce_.acquire()) return;  // logged by the arena; the comm works without eager
+// Takes the bounce area and grants its entries: false when there is none to take.
+bool EagerReceiver::grant() {
+  if (rdma_.eagerArena() == nullptr || rdma_.eagerMaxBytes() == 0) return false;
+  if (!bounce_.acquire()) return false;  // logged by the arena; the comm works without eager
   payload_ = rdma_.eagerMaxBytes();
   auto* area = reinterpret_cast<Grant*>(staging_->data + kGrantOffset);
   *area = Grant{bounce_->remoteAddress, bounce_->key, kEagerEntries,
                 static_cast<uint32_t>(payload_), 0};
   sendCredits();
+  return true;
 }
 
 // Entries freed since the sender last heard, told by one write of the grant with immediate
@@ -79,10 +82,8 @@ void EagerReceiver::freeEntry(uint32_t entry) {
 }
 
 void EagerReceiver::describeLate(uint32_t slot) {
-  // leaveUndescribed is undone first: a failure releases the slot.
-  slots_.markDescribed(slot);
   slots_.entries(slot)[0].flags |= kEagerAhead;
-  if (slots_.describe(slot) != abi::kSuccess) slots_.failDescribing(slot, FI_EIO);
+  if (slots_.describeLate(slot) != abi::kSuccess) slots_.failDescribing(slot, FI_EIO);
 }
 
 // Undescribed receives for messages larger than the sender's limit are described now rather than

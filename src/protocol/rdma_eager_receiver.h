@@ -15,6 +15,7 @@
 #include "protocol/rdma_eager.h"
 #include "protocol/rdma_eager_inbox.h"
 #include "protocol/rdma_recv_close.h"
+#include "protocol/rdma_recv_eager_mode.h"
 #include "protocol/rdma_recv_slots.h"
 
 namespace nnf::protocol::rdma {
@@ -29,21 +30,21 @@ class EagerReceiver {
   // A receive of `count` buffers of `sizes` is being posted: the first one an entry could fill
   // after the comm's first message landed takes the bounce area and grants its entries.
   void onReceivePosted(int count, const size_t* sizes) {
-    if (!tried_ && firstLanded_) maybeGrant(count, sizes);
+    if (mode_.grantDue()) maybeGrant(count, sizes);
   }
   // A message landed by descriptor: later receives an entry could fill take the bounce area.
-  void onMessageLanded() { firstLanded_ = true; }
+  void onMessageLanded() { mode_.onMessageLanded(); }
   // Whether a receive of `count` buffers can be filled by an eager message instead of its
   // descriptor: one host buffer that fits a bounce entry.
   bool fillable(int count, size_t size, const core::MemoryHandle* handle) const {
-    return count == 1 && bounce_.held() && size <= payload_ && size <= senderMax_ &&
+    return count == 1 && mode_.granted() && size <= payload_ && size <= senderMax_ &&
            (handle == nullptr || handle->type == memory::MemType::kHost);
   }
   // Whether the sender was told (kEagerAhead on the last group described) that small receives
   // go undescribed.
-  bool aheadSaid() const { return aheadSaid_; }
+  bool aheadSaid() const { return mode_.aheadSaid(); }
   // A group was described; `small`: it said kEagerAhead.
-  void onDescribed(bool small) { aheadSaid_ = small; }
+  void onDescribed(bool small) { mode_.onDescribed(small); }
   // The held entry of (tag, seq), or kEagerEntries.
   uint32_t find(int32_t tag, uint16_t seq) { return inbox_.find(tag, seq); }
 
@@ -69,7 +70,7 @@ class EagerReceiver {
 
  private:
   void maybeGrant(int count, const size_t* sizes);
-  void grant();
+  bool grant();
   void sendCredits();
   void freeEntry(uint32_t entry);
   bool readHeader(uint32_t entry, const EagerHeader* implied, EagerHeader* header);
@@ -82,9 +83,8 @@ class EagerReceiver {
   RecvSlots& slots_;
   ReceiverClose& close_;
   ArenaSlot bounce_;
-  size_t payload_ = 0;        // bytes of message an entry holds
-  bool tried_ = false;        // the grant was tried (once a comm, whether it could grant or not)
-  bool firstLanded_ = false;  // a message landed: later receives that fit an entry take the area
+  RecvEagerState mode_;
+  size_t payload_ = 0;  // bytes of message an entry holds
   EagerInbox inbox_;
   // The tag of the last eager header read (its sender's next headerless message has it).
   bool headerSeen_ = false;
@@ -92,7 +92,6 @@ class EagerReceiver {
   core::Operation creditWrite_;
   uint64_t creditsReported_ = 0;  // entries freed as the sender last heard
   bool creditsOwed_ = false;      // a credit write is due once the one in flight completes
-  bool aheadSaid_ = false;
   // The largest message the sender sends eagerly, as it answered the grant (kEagerLimit; until
   // then, as large as an entry): a receive above it is described.
   size_t senderMax_ = ~size_t{0};

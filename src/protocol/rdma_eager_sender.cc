@@ -115,7 +115,7 @@ bool EagerSender::send(core::Request& request, int32_t tag, uint16_t seq,
     // The provider would copy the GPU message with the CPU (ProviderRules::writesMixedMemoryIovs):
     // it waits for its descriptor. A receiver that leaves small receives undescribed for us
     // hears that we send nothing eagerly (a comm's buffers are all GPU or all host in NCCL).
-    if (receiverAhead_ && maxBytes_ > 0) {
+    if (mode_.onGpuRefused()) {
       maxBytes_ = 0;
       announceLimit();
     }
@@ -178,6 +178,7 @@ void EagerSender::onCredits(uint32_t freedMod256) {
       voids_.reset(new (std::nothrow) VoidWriter(comm_, close_));
       if (!voids_) maxBytes_ = 0;  // the answer below says so
     }
+    mode_.onGrant(maxBytes_ > 0);
   }
   credits_.onCredits(freedMod256);
   if (first) announceLimit();

@@ -17,6 +17,7 @@
 #include "protocol/rdma_eager.h"
 #include "protocol/rdma_eager_credits.h"
 #include "protocol/rdma_send_close.h"
+#include "protocol/rdma_send_eager_mode.h"
 #include "protocol/rdma_void_writes.h"
 #include "protocol/rdma_wire.h"
 
@@ -30,13 +31,9 @@ class EagerSender {
 
   // Whether sends may go eagerly now: the receiver granted its entries, and either said that its
   // small receives go undescribed or has been quiet (no descriptor for kEagerQuietNs: it is busy
-  // elsewhere, or descheduled; quietOpen_ until its next descriptors come).
+  // elsewhere, or descheduled; until its next descriptors come). See SendEagerState.
   bool open() {
-    if (maxBytes_ == 0 || !credits_.granted()) return false;
-    if (receiverAhead_) return true;
-    if (core::nowNs() - lastDescriptorNs_ < kEagerQuietNs) return false;
-    quietOpen_ = true;
-    return true;
+    return mode_.open([] { return core::nowNs(); });
   }
   // Whether a send of `size` bytes may go eagerly now (send()'s precondition).
   bool mayGo(size_t size) { return size <= maxBytes_ && open(); }
@@ -47,16 +44,7 @@ class EagerSender {
   // A descriptor group came; `ahead`: it said kEagerAhead. Returns true when the receiver's run
   // of undescribed small receives starts with it (sends waiting may go eagerly now).
   bool onDescriptorGroup(bool ahead) {
-    // Stamped every 8th group: at most a few microseconds stale in a stream, against a quiet
-    // time of 1 ms, for an eighth of the clock reads (every descriptor group pays this test);
-    // and the first group after a quiet time, which ends it.
-    if (maxBytes_ > 0 && ((descriptorGroups_++ & 7) == 0 || quietOpen_)) {
-      lastDescriptorNs_ = core::nowNs();
-      quietOpen_ = false;
-    }
-    bool wasAhead = receiverAhead_;
-    receiverAhead_ = ahead;
-    return ahead && !wasAhead;
+    return mode_.onDescriptorGroup(ahead, [] { return core::nowNs(); });
   }
 
   // Writes the send in `request` (its first operation filled by the sender, its pendingSend
@@ -91,8 +79,10 @@ class EagerSender {
   const ArenaSlot& ring_;  // our eager headers' staging (registered)
   SenderClose& close_;
   EagerCredits credits_;
-  Grant grant_{};        // the receiver's bounce area (read at its first credit write)
-  size_t maxBytes_ = 0;  // ours and the receiver's entries' size, the smaller
+  Grant grant_{};  // the receiver's bounce area (read at its first credit write)
+  SendEagerState mode_;
+  // Ours and the receiver's entries' size, the smaller (0: nothing goes eagerly, mode kOff).
+  size_t maxBytes_ = 0;
   // The provider completes only inline writes while the receiver is busy (shm) and delivers in
   // order: a message that fits the inject size without its header goes as two inline writes.
   bool headerAhead_ = false;
@@ -100,13 +90,6 @@ class EagerSender {
   // same tag that needs its header ahead goes without it (control 6), one write instead of two.
   bool headerSaid_ = false;
   int32_t lastHeaderTag_ = 0;
-  uint64_t lastDescriptorNs_ = 0;  // when the receiver's descriptors last came (every 8th group)
-  uint64_t descriptorGroups_ = 0;
-  // Sends went eagerly because the receiver was quiet: the next descriptor group ends that (its
-  // arrival is stamped whatever its number), so that sends stop crossing descriptors at once.
-  bool quietOpen_ = false;
-  // The receiver's last descriptor group said kEagerAhead: its small receives may go undescribed.
-  bool receiverAhead_ = false;
   // Our answer to the receiver's grant: the largest message we send eagerly (kEagerLimit).
   core::Operation limitWrite_;
   std::unique_ptr<VoidWriter> voids_;

@@ -125,9 +125,10 @@ bool Receiver::start(const ConnectInfo& info) {
   }
 }
 
-abi::Result Receiver::postRecv(core::Request& request, int count, void* const* data,
-                               const size_t* sizes, const int* tags,
-                               core::MemoryHandle* const* handles) {
+[[gnu::always_inline]] inline abi::Result Receiver::postRecv(core::Request& request, int count,
+                                                             void* const* data, const size_t* sizes,
+                                                             const int* tags,
+                                                             core::MemoryHandle* const* handles) {
   uint32_t slot = takeFreeSlot();
   if (slot == kSlots) return abi::kInProgress;
   eager_.onReceivePosted(count, sizes);
@@ -142,14 +143,12 @@ abi::Result Receiver::postRecv(core::Request& request, int count, void* const* d
     return abi::kSuccess;
   }
   bool small = eager_.fillable(count, sizes[0], handles != nullptr ? handles[0] : nullptr);
+  // Its message comes eagerly: staged here in case it must be described late (onWaiting).
+  bool undescribed = small && eager_.aheadSaid() && staged.settled == 0;
   request.slot = static_cast<uint16_t>(slot);
   slots_.take(slot, request, static_cast<uint32_t>(count), staged.sizes, staged.described,
-              staged.settledMask);
-  if (small && eager_.aheadSaid() && staged.settled == 0) {
-    // Its message comes eagerly (staged here in case it must be described late: onWaiting).
-    slots_.leaveUndescribed(slot);
-    return abi::kSuccess;
-  }
+              staged.settledMask, /*describe=*/!undescribed);
+  if (undescribed) return abi::kSuccess;
   // The first small receive tells the sender that the next ones go undescribed; any other ends
   // that run.
   if (small) slots_.entries(slot)[0].flags |= kEagerAhead;
@@ -226,8 +225,8 @@ bool Receiver::onOwnCompletion(core::Operation& op, int error) {
     if (error != 0) slots_.failDescribing(slot, error);
     ours = true;
   }
-  // The close notice waited for this write (see onClose).
-  close_.onOwnWriteEnded(writesIntoRingInFlight());
+  // The close notice may have waited for this write (see onClose).
+  close_.onOwnWriteEnded([this] { return writesIntoRingInFlight(); });
   return ours;
 }
 

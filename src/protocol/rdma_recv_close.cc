@@ -15,27 +15,14 @@ ReceiverClose::ReceiverClose(core::RecvComm& comm, const ArenaSlot& staging)
 
 void ReceiverClose::onClose(bool buffersDescribed, bool writesInFlight) {
   linger_.start(comm_);
-  if (comm_.remoteId() == 0 || notice_.inFlight || notice_.queued) return;
-  // Before the sender's answer, its writes may come into any buffer still described; after it,
-  // those it counted that have not landed yet are still on their way.
-  if (senderDone_) {
-    awaitingAck_ = !allLanded();
-  } else if (buffersDescribed) {
-    awaitingAck_ = true;
+  if (state_.onClose(/*connected=*/comm_.remoteId() != 0, buffersDescribed, writesInFlight)) {
+    sendNotice();
   }
-  // Descriptor writes cannot be cancelled: the notice follows the last one, so that nothing of
-  // ours lands in the sender's ring after it.
-  if (writesInFlight) {
-    noticeOwed_ = true;
-    return;
-  }
-  sendNotice();
 }
 
 // Tells the sender that this receive comm closed: it fails what waits for us, answers once its
 // writes have ended, and may reuse its ring (no write of ours into it is in flight any more).
 void ReceiverClose::sendNotice() {
-  noticeOwed_ = false;
   uint8_t* buffer = staging_->data + kNoticeOffset;
   // A failure is the device's to log: the peer may be gone already, which is what it would hear.
   comm_.device().controlChannel().send(notice_, buffer, staging_->desc, comm_.peer(),
@@ -45,21 +32,20 @@ void ReceiverClose::sendNotice() {
 
 bool ReceiverClose::onNoticeDone(const core::Operation& op, int error) {
   if (&op != &notice_) return false;
-  // A peer that cannot be told is gone: it writes nothing more either.
-  if (error != 0) awaitingAck_ = false;
+  if (error != 0) state_.onNoticeFailed();
   return true;
 }
 
 void ReceiverClose::onAnswer(const uint8_t* data, size_t length) {
-  senderDone_ = true;
   if (length >= sizeof(ClosedAck)) {
-    memcpy(&announced_, data, sizeof(announced_));
-  } else {
-    NNF_INFO(abi::kLogSubsysNet, "comm %u: the sender's close answer carries no write counts",
-             comm_.id());
-    memcpy(announced_.written, landed_, sizeof(landed_));
+    ClosedAck written;
+    memcpy(&written, data, sizeof(written));
+    state_.onAnswer(&written);
+    return;
   }
-  awaitingAck_ = awaitingAck_ && !allLanded();
+  NNF_INFO(abi::kLogSubsysNet, "comm %u: the sender's close answer carries no write counts",
+           comm_.id());
+  state_.onAnswer(nullptr);
 }
 
 }  // namespace nnf::protocol::rdma

@@ -1,7 +1,8 @@
 // The receiver's side of an rdma comm's close (protocol/rdma.h, docs/architecture.md "Closing"):
 // the close notice (kClosed) that tells the sender to write nothing more, sent once no write of
 // ours into its ring is in flight, and the wait for the sender's writes still on their way: its
-// answer (kClosedAck) counts them per rail, and the close waits until as many have landed.
+// answer (kClosedAck) counts them per rail, and the close waits until as many have landed. The
+// states are RecvCloseState's; this object sends the notice and reads the answer.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +12,7 @@
 #include "core/recv_comm.h"
 #include "protocol/rdma_arena_slot.h"
 #include "protocol/rdma_linger.h"
+#include "protocol/rdma_recv_close_state.h"
 #include "protocol/rdma_wire.h"
 
 namespace nnf::protocol::rdma {
@@ -22,51 +24,38 @@ class ReceiverClose {
   ReceiverClose& operator=(const ReceiverClose&) = delete;
 
   // A write of the sender's landed on `rail` (whatever it carried): a close waiting for it may end.
-  void onLanded(size_t rail) {
-    if (rail < kMaxRails) ++landed_[rail];
-    if (awaitingAck_ && senderDone_ && allLanded()) awaitingAck_ = false;
-  }
+  void onLanded(size_t rail) { state_.onLanded(rail); }
   // The comm closes. `buffersDescribed`: the sender may write into buffers of NCCL's;
   // `writesInFlight`: writes of ours into the sender's ring are with the provider (the notice
   // follows the last of them).
   void onClose(bool buffersDescribed, bool writesInFlight);
-  // One of our writes into the sender's ring ended: the notice may go now.
-  void onOwnWriteEnded(bool writesInFlight) {
-    if (noticeOwed_ && !writesInFlight) sendNotice();
+  // One of our writes into the sender's ring ended: the notice owed goes once `writesInFlight()`
+  // says none is left (asked only while one is owed).
+  template <typename WritesInFlight>
+  void onOwnWriteEnded(WritesInFlight&& writesInFlight) {
+    if (state_.notice() == CloseNotice::kOwed && state_.onOwnWriteEnded(writesInFlight())) {
+      sendNotice();
+    }
   }
   // The notice ended: true when `op` was it.
   bool onNoticeDone(const core::Operation& op, int error);
   // The sender's answer: it writes nothing more, and made this many writes per rail.
   void onAnswer(const uint8_t* data, size_t length);
   // Writes the sender may still make into NCCL's buffers (the close waits for them).
-  int peerWritesPending() const { return awaitingAck_ ? 1 : 0; }
+  int peerWritesPending() const { return state_.waiting() ? 1 : 0; }
   // Whether the sender answered and every write it counted has landed.
-  bool senderFinished() const { return senderDone_ && allLanded(); }
+  bool senderFinished() const { return state_.senderFinished(); }
   // Whether the close bound for a sender that never answers is still ahead.
   bool lingering() const { return linger_.holding(); }
   core::Operation& notice() { return notice_; }
 
  private:
   void sendNotice();
-  bool allLanded() const {
-    for (size_t r = 0; r < kMaxRails; ++r) {
-      if (landed_[r] < announced_.written[r]) return false;
-    }
-    return true;
-  }
 
   core::RecvComm& comm_;
   const ArenaSlot& staging_;  // the notice's buffer (kNoticeOffset)
+  RecvCloseState state_;
   core::Operation notice_;
-  bool awaitingAck_ = false;  // closed with buffers described: the sender may still write
-  bool senderDone_ = false;   // the sender said it writes nothing more (it closed, or we did)
-  // Closed while writes of ours into the sender's ring were in flight: the notice follows the
-  // last of them, so that the sender may reuse its ring once the notice has come.
-  bool noticeOwed_ = false;
-  // Writes of the sender's that landed here per rail, and how many it said it made (kClosedAck):
-  // until they match, its writes may still be on their way on some rail.
-  uint64_t landed_[kMaxRails] = {};
-  ClosedAck announced_{};
   Linger linger_;
 };
 

@@ -38,6 +38,8 @@ abi::Result RecvSlots::describe(uint32_t slot) {
 }
 
 void RecvSlots::failDescribing(uint32_t slot, int error) {
+  // Released already (the write of a slot whose receive ended or was given up): nothing waits.
+  if (lifecycle_.state(slot) == SlotState::kFree) return;
   core::Request* serving = request(slot);
   release(slot);
   // Cancelled: the comm is closing, and its requests end with it.
@@ -46,33 +48,16 @@ void RecvSlots::failDescribing(uint32_t slot, int error) {
   comm_.onError(serving->ops[0], error, 0, "writing the receive descriptors to the sender");
 }
 
-void RecvSlots::finish(uint32_t slot) {
-  if (progress(slot).voidsOwed()) {
-    request(slot) = nullptr;
-  } else {
-    release(slot);
-  }
-}
-
-void RecvSlots::release(uint32_t slot) {
-  uint32_t described = progress(slot).groupSize();
-  progress(slot).disarm();
-  request(slot) = nullptr;
-  taken_ &= ~(1u << slot);
-  undescribed_ &= ~(1u << slot);
-  dropHandles(slot, described);
-}
-
 void RecvSlots::onVoid(uint32_t slot, uint32_t index) {
-  if (slot >= kSlots || (taken_ & (1u << slot)) == 0) return;
+  if (slot >= kSlots || lifecycle_.state(slot) == SlotState::kFree) return;
   if (!progress(slot).onVoid(index)) return;
   // The slot's request ended already and this was its last void.
-  if (requestAt(slot) == nullptr && !progress(slot).voidsOwed()) release(slot);
+  if (lifecycle_.onVoidLanded(slot, progress(slot))) clear(slot);
 }
 
 bool RecvSlots::findDescribed(int32_t tag, uint16_t seq, uint32_t* slotOut,
                               uint32_t* indexOut) const {
-  for (uint32_t busy = taken_; busy != 0; busy &= busy - 1) {
+  for (uint32_t busy = lifecycle_.busy(); busy != 0; busy &= busy - 1) {
     auto slot = static_cast<uint32_t>(__builtin_ctz(busy));
     if (requestAt(slot) == nullptr) continue;
     const BufferDescriptor* group = entries(slot);

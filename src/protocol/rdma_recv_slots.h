@@ -1,6 +1,7 @@
 // The receiver's descriptor slots (protocol/rdma.h): one a grouped receive in flight, each with
-// the receive it serves, its buffers' segment accounting (SlotProgress), the registrations its
-// buffers were described with, and the write that puts its descriptors into the sender's ring.
+// its state (SlotLifecycle), the receive it serves, its buffers' accounting (SlotProgress), the
+// registrations its buffers were described with, and the write that puts its descriptors into
+// the sender's ring.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include "core/recv_comm.h"
 #include "core/request.h"
 #include "protocol/rdma_arena_slot.h"
+#include "protocol/rdma_slot_lifecycle.h"
 #include "protocol/rdma_slot_progress.h"
 #include "protocol/rdma_wire.h"
 
@@ -31,7 +33,7 @@ class RecvSlots {
   // The lowest free slot whose last descriptor write has completed (allocating its chunk), or
   // kSlots when all are busy or memory ran out.
   uint32_t freeSlot() {
-    for (uint32_t candidates = ~taken_; candidates != 0; candidates &= candidates - 1) {
+    for (uint32_t candidates = ~lifecycle_.busy(); candidates != 0; candidates &= candidates - 1) {
       auto slot = static_cast<uint32_t>(__builtin_ctz(candidates));
       if (!chunkOf(slot) && !allocateChunk(slot)) return kSlots;
       const core::Operation& op = write(slot);
@@ -43,14 +45,16 @@ class RecvSlots {
   BufferDescriptor* entries(uint32_t slot) const {
     return reinterpret_cast<BufferDescriptor*>(staging_->data + entryOffset(slot));
   }
-  // `slot` serves `request` from now: `count` buffers of `sizes` bytes, described with the
+  // Free `slot` serves `request` from now: `count` buffers of `sizes` bytes, described with the
   // registrations `described` (null where none), those of `settledMask` filled already.
+  // `describe`: its descriptors are written next (describe()); else they stay staged, its
+  // message coming eagerly (it is described late if none came).
   void take(uint32_t slot, core::Request& request, uint32_t count, const uint64_t* sizes,
-            core::MemoryHandle* const* described, uint32_t settledMask) {
+            core::MemoryHandle* const* described, uint32_t settledMask, bool describe) {
+    lifecycle_.onTake(slot, describe);
     SlotProgress& buffers = progress(slot);
     buffers.arm(count, sizes);
     this->request(slot) = &request;
-    taken_ |= 1u << slot;
     core::MemoryHandle** handles = chunkOf(slot)->handles[slot % kSlotsPerChunk];
     for (uint32_t i = 0; i < count; ++i) {
       if ((settledMask & (1u << i)) != 0) buffers.settle(i);
@@ -58,20 +62,30 @@ class RecvSlots {
       handles[i] = described[i];
     }
   }
-  // Its descriptors stay staged: its message comes eagerly (or it is described late).
-  void leaveUndescribed(uint32_t slot) { undescribed_ |= 1u << slot; }
-  bool undescribed(uint32_t slot) const { return (undescribed_ & (1u << slot)) != 0; }
-  // It is being described late (describe() follows).
-  void markDescribed(uint32_t slot) { undescribed_ &= ~(1u << slot); }
+  bool undescribed(uint32_t slot) const {
+    return lifecycle_.state(slot) == SlotState::kUndescribed;
+  }
   // Writes the slot's staged descriptors into the sender's ring.
   abi::Result describe(uint32_t slot);
+  // Writes the staged descriptors of undescribed `slot` now.
+  abi::Result describeLate(uint32_t slot) {
+    lifecycle_.onDescribeLate(slot);
+    return describe(slot);
+  }
   // The descriptors of the request of `slot` could not be written: no data will come for it,
   // so the slot is released and the request fails as one of its buffers would.
   void failDescribing(uint32_t slot, int error);
   // The slot's request ended: the slot is free again, or, while the sender's voids for it are
   // still to come (it may not have read the slot's descriptors), waits for them without it.
-  void finish(uint32_t slot);
-  void release(uint32_t slot);
+  void finish(uint32_t slot) {
+    request(slot) = nullptr;
+    if (lifecycle_.onReceiveEnded(slot, progress(slot))) clear(slot);
+  }
+  // The slot's request failed or was given up: the slot is free at once.
+  void release(uint32_t slot) {
+    lifecycle_.onReleased(slot);
+    clear(slot);
+  }
   // The sender's void for buffer `index` of `slot` landed.
   void onVoid(uint32_t slot, uint32_t index);
 
@@ -99,10 +113,10 @@ class RecvSlots {
       for (core::Operation& op : chunk->descriptorWrites) visit(op);
     }
   }
-  // Each undescribed slot serving a request, lowest first.
+  // Each undescribed slot, lowest first (a slot the visit describes is not visited again).
   template <typename Visit>
   void forEachUndescribed(Visit&& visit) {
-    for (uint32_t waiting = undescribed_; waiting != 0; waiting &= waiting - 1) {
+    for (uint32_t waiting = lifecycle_.undescribed(); waiting != 0; waiting &= waiting - 1) {
       visit(static_cast<uint32_t>(__builtin_ctz(waiting)));
     }
   }
@@ -125,6 +139,13 @@ class RecvSlots {
     return chunkOf(slot)->descriptorWrites[slot % kSlotsPerChunk];
   }
   core::Request*& request(uint32_t slot) { return chunkOf(slot)->requests[slot % kSlotsPerChunk]; }
+  // The slot's previous group ends: its buffers, its request, its registrations.
+  void clear(uint32_t slot) {
+    uint32_t described = progress(slot).groupSize();
+    progress(slot).disarm();
+    request(slot) = nullptr;
+    dropHandles(slot, described);
+  }
   void dropHandles(uint32_t slot, uint32_t count = kGroup);
   bool allocateChunk(uint32_t slot);
 
@@ -132,13 +153,7 @@ class RecvSlots {
   const ArenaSlot& staging_;  // the descriptors are staged here (entryOffset)
   const RemoteSlot& ring_;    // the sender's ring, where they are written
   std::unique_ptr<Chunk> chunks_[kSlots / kSlotsPerChunk];
-  // Bit s: slot s serves a request. Finding a free slot is then a bit scan, not a walk over
-  // every slot on every receive.
-  uint32_t taken_ = 0;
-  static_assert(kSlots == 32, "one bit per slot");
-  // Small receives go undescribed once the sender was told so (kEagerAhead on the last group
-  // described): bit s, slot s serves one; it is described late if nothing came for it.
-  uint32_t undescribed_ = 0;
+  SlotLifecycle lifecycle_;
 };
 
 }  // namespace nnf::protocol::rdma

@@ -11,29 +11,20 @@ SenderClose::SenderClose(core::SendComm& comm, ArenaSlot& ring) : comm_(comm), r
 }
 
 void SenderClose::onClose(int writesPending) {
-  // Tell the receiver we write nothing more, once our last write has ended: its close may be
-  // waiting for that (our own close notice may never have reached it).
   linger_.start(comm_);
-  if (comm_.remoteId() == 0) return;
-  answerOwed_ = true;
+  state_.onClose(/*connected=*/comm_.remoteId() != 0);
   answerIfIdle(writesPending);
 }
 
 void SenderClose::onPeerClosed(int writesPending) {
-  receiverDone_ = true;
-  answerOwed_ = true;
-  answerIfIdle(writesPending);
-}
-
-void SenderClose::onWriteDone(int writesPending) {
+  state_.onPeerClosed();
   answerIfIdle(writesPending);
 }
 
 void SenderClose::answerIfIdle(int writesPending) {
-  if (!answerOwed_ || comm_.callerOpsInFlight() > 0 || answerPending() || writesPending > 0) {
-    return;
-  }
-  answerOwed_ = false;
+  if (!answerOwed()) return;
+  bool idle = comm_.callerOpsInFlight() == 0 && !answerPending() && writesPending == 0;
+  if (!state_.answerNow(idle)) return;
   // Sent after our last write completed; the receiver's close waits for it (or for our death).
   uint8_t* buffer = ring_->data + kNoticeOffset;
   static_assert(sizeof(core::wire::ControlHeader) + sizeof(ClosedAck) <= kNoticeBytes);
@@ -45,11 +36,12 @@ void SenderClose::answerIfIdle(int writesPending) {
 bool SenderClose::ringExposed() {
   // The receiver may still write descriptors into the ring until it says it closed; a dead one
   // writes nothing more.
-  if (!comm_.closed() || receiverDone_ || comm_.peerFailed()) return false;
-  if (linger_.holding()) return true;
+  if (!comm_.closed() || state_.receiverDone() || comm_.peerFailed()) return false;
+  bool setAside = false;
+  if (state_.ringExposed(linger_.holding(), &setAside)) return true;
+  if (!setAside) return false;
   // A live receiver that neither closed nor answered within the close bound: the comm goes, its
   // ring never returns to the arena (16 KiB), so that no new comm reads the late descriptors.
-  receiverDone_ = true;
   ring_.leak();
   NNF_INFO(abi::kLogSubsysNet,
            "comm %u: the receiver did not close within NCCL_FABRIC_CLOSE_TIMEOUT_MS; its "

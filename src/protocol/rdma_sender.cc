@@ -76,8 +76,9 @@ bool Sender::start(ConnectInfo* info) {
   return false;
 }
 
-abi::Result Sender::postSend(core::Request& request, void* data, size_t size, int tag,
-                             core::MemoryHandle* handle) {
+[[gnu::always_inline]] inline abi::Result Sender::postSend(core::Request& request, void* data,
+                                                           size_t size, int tag,
+                                                           core::MemoryHandle* handle) {
   uint32_t next = 0;  // nextSequence sets it whenever it succeeds; GCC cannot tell
   if (!comm_.nextSequence(tag, &next)) return abi::kInternalError;
   auto seq = static_cast<uint16_t>(next);
@@ -191,7 +192,8 @@ void Sender::onPeerClosed() {
 }
 
 void Sender::onWriteDone() {
-  close_.onWriteDone(eager_.writesPending());
+  // Every write's end comes here: the answer's conditions are read only when one is owed.
+  if (close_.answerOwed()) close_.answerIfIdle(eager_.writesPending());
 }
 
 void Sender::onWaiting(uint64_t waitedNs) {

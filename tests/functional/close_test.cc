@@ -778,5 +778,71 @@ TEST(Close, ARecvCloseWaitsForWritesStillOnTheirWayOnAnotherRail) {
   runTwoProcesses(sender, receiver, 120);
 }
 
+// The sender's close answer goes only once its own writes have completed, so that it counts
+// them all: here the sender closes right after starting a striped message, its completions not
+// yet read, and the EFA-rules provider holds rail 1's share back 400 ms. An answer sent at once
+// would count none of that message's writes, and the receiver's close would return before the
+// held share landed.
+TEST(Close, TheSendersCloseAnswerCountsTheWritesItClosedWith) {
+  if (testProtocol() != "rdma" || testRails() < 2) {
+    GTEST_SKIP() << "needs the rdma protocol over two rails (efa+rdma+2rails)";
+  }
+  constexpr int kSmall = 64;
+  constexpr int kSize = 8 << 20;  // striped: half on each rail
+  ScopedEnv env;
+  env.set("NNF_EFA_RULES_HOLD_NIC", "1:400");
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer out(kSize);
+    fillPattern(out.data(), kSize, 9);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, out.data(), out.size(), &mh));
+    ASSERT_TRUE(peer.channel->wait());  // the grouped receive is posted
+    void* request;
+    // Both buffers are described by one write: once the small send is done, the large one
+    // finds its descriptor and writes at once.
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, out.data(), kSmall, kTag, mh, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    ASSERT_EQ(peer.net->isend(comm, out.data(), kSize, kTag + 1, mh, &request), abi::kSuccess);
+    ASSERT_NE(request, nullptr);
+    closeSend(peer, comm);  // as an abort does: not tested, its writes' completions unread
+    dereg(peer, comm, mh);
+    Progressor progressor(peer);  // lets the held share go when it is due
+    ASSERT_TRUE(peer.channel->signal());
+    ASSERT_TRUE(peer.channel->wait());  // the receiver closed
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer small(kSmall);
+    HostBuffer in(kSize);
+    fillSentinel(in.data(), kSize);
+    void* mhs[2];
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, small.data(), small.size(), &mhs[0]));
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, in.data(), in.size(), &mhs[1]));
+    void* data[2] = {small.data(), in.data()};
+    int sizes[2] = {kSmall, kSize};
+    int tags[2] = {kTag, kTag + 1};
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postRecvGroup(peer, comm, 2, data, sizes, tags, mhs, &request));
+    ASSERT_TRUE(peer.channel->signal());
+    {
+      Progressor progressor(peer);        // writes the descriptors, reads what lands and the answer
+      ASSERT_TRUE(peer.channel->wait());  // the sender closed
+    }
+    auto start = Clock::now();
+    closeRecv(peer, comm);  // the receive not tested: as an abort does
+    double ms = msSince(start);
+    EXPECT_TRUE(verifyPattern(in.data(), kSize, 9))
+        << "the close returned after " << ms << " ms, before the held rail's writes landed";
+    dereg(peer, comm, mhs[0]);
+    dereg(peer, comm, mhs[1]);
+    closeListen(peer, listen);
+    ASSERT_TRUE(peer.channel->signal());
+  };
+  runTwoProcesses(sender, receiver, 120);
+}
+
 }  // namespace
 }  // namespace nnf::test

@@ -13,8 +13,8 @@
 #
 # Exit status: 0 when every mutant was killed; 1 when one survived; 2 when the table no longer
 # matches the source (an original line not found exactly once), a mutant does not compile, or
-# the unmodified tree already fails its tests. About 20 minutes for the whole table on 2 cores
-# (build-lf2 already built; the rdma state machines' mutants, "state-", about 10): not in CI.
+# the unmodified tree already fails its tests. About 10 minutes for the whole table on 2 cores
+# (build-lf2 already built; half that once ccache has seen the mutants): not in CI.
 set -euo pipefail
 shopt -u patsub_replacement 2>/dev/null || true  # "&" in a replacement stays "&"
 cd "$(dirname "$0")/.."

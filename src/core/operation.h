@@ -86,7 +86,7 @@ struct Operation {
   size_t length = 0;
   void* desc = nullptr;
   fi_addr_t peer = FI_ADDR_UNSPEC;
-  uint64_t tag = 0;            // kWrite: the immediate data
+  uint64_t tag = 0;  // kWrite: the immediate data
   // One member a kind of operation; which one is live follows from what the operation is (its
   // type, and who posted it). 8 bytes more than `ignore` alone (208 bytes an operation, not 200).
   union {

@@ -71,10 +71,14 @@ std::map<std::string, uint64_t> carriedByRail() {
          << " payload bytes; bytes carried per rail:" << shares.str();
 }
 
-// What the plugin reports with the NICs ungrouped: one device per NIC, each one rail.
+// What the plugin reports with the NICs ungrouped: one device per NIC, each one rail. Each NIC
+// is named a group of its own (an empty value groups by topology, and on softefa the p5 slice
+// puts both NICs beside GPU 0, one device).
 std::vector<int> ungroupedSpeeds() {
   ScopedEnv env;
-  env.set("NCCL_FABRIC_RAILS", "");  // kept by the test support: no grouping
+  std::string groups = efaRulesDomainName(0);
+  for (int nic = 1; nic < testRails(); ++nic) groups += ";" + efaRulesDomainName(nic);
+  env.set("NCCL_FABRIC_RAILS", groups.c_str());  // kept by the test support
   int fds[2];
   EXPECT_EQ(pipe(fds), 0);
   runOneProcess([&](Peer& peer) {

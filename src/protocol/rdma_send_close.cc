@@ -31,6 +31,9 @@ void SenderClose::answerIfIdle(int writesPending) {
   comm_.device().controlChannel().send(answer_, buffer, ring_->desc, comm_.peer(), comm_.remoteId(),
                                        core::wire::ControlKind::kClosedAck, &written_,
                                        sizeof(written_));
+  // The app may be waiting on another comm: nothing else would progress this device, and on a
+  // manual-progress provider (tcp) the ack would sit in its queue until the peer's close gave up.
+  comm_.device().keepProgressing();
 }
 
 bool SenderClose::ringExposed() {

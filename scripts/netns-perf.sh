@@ -11,7 +11,13 @@
 #   --rails N  join each pair by N veth links rail0..rail<N-1> (1..16), rail r on its own subnet
 #              10.<99+r>.<pair>.0/24, each shaped by -r; the plugin groups them into one device
 #              (NCCL_FABRIC_RAILS=rail0,...); FI_TCP_IFACE=rail0 with one rail, unset with more
+#   --link-event T:down|up:R  (with --rails; repeatable) T seconds (decimals allowed) after the
+#              connecting sides start, `ip link set railR down` (or up) on the listening side's
+#              end in every pair: the veth peer loses (regains) its carrier, so the link carries
+#              nothing either way until it is up again
 # Example: sudo scripts/netns-perf.sh -n 2 -r 5gbit -- bw -e 4M
+#          sudo scripts/netns-perf.sh --rails 4 -r 400mbit --link-event 5:down:1 \
+#            --link-event 12:up:1 -- bw -b 4M -e 4M -n 1000 --plugin-only --check --timeline 500
 #          sudo scripts/netns-perf.sh --rails 2 -r 400mbit -- bw -b 1M -e 4M
 set -euo pipefail
 
@@ -19,13 +25,18 @@ RATE=""
 PERF=""
 PAIRS=1
 RAILS=""
-# --rails is a long option: take it out before getopts sees the rest (up to a "--").
+EVENTS=()
+# --rails and --link-event are long options: take them out before getopts sees the rest (up to
+# a "--").
 short=()
 while (($#)); do
   case "$1" in
     --rails) (($# >= 2)) || { echo "netns-perf: --rails needs a value" >&2; exit 2; }
              RAILS="$2"; shift 2 ;;
     --rails=*) RAILS="${1#--rails=}"; shift ;;
+    --link-event) (($# >= 2)) || { echo "netns-perf: --link-event needs a value" >&2; exit 2; }
+                  EVENTS+=("$2"); shift 2 ;;
+    --link-event=*) EVENTS+=("${1#--link-event=}"); shift ;;
     --) break ;;
     *) short+=("$1"); shift ;;
   esac
@@ -59,6 +70,13 @@ if [[ -n "$RAILS" ]] && ! { [[ "$RAILS" =~ ^[1-9][0-9]?$ ]] && ((RAILS <= 16)); 
   echo "netns-perf: --rails takes 1..16 links per pair" >&2
   exit 2
 fi
+for event in "${EVENTS[@]+"${EVENTS[@]}"}"; do
+  if [[ -z "$RAILS" ]] || ! [[ "$event" =~ ^[0-9]+(\.[0-9]+)?:(down|up):([0-9]+)$ ]] ||
+    ((BASH_REMATCH[3] >= RAILS)); then
+    echo "netns-perf: --link-event '$event': expected T:down|up:R with --rails and R < rails" >&2
+    exit 2
+  fi
+done
 
 # Names carry our pid so that parallel runs and leftovers of a killed run never collide.
 TAG="nnf$$"
@@ -67,9 +85,12 @@ WORK=$(mktemp -d)
 NAMESPACES=()
 LISTENERS=()
 CONNECTORS=()
+EVENT_PIDS=()
 
 cleanup() {
-  for pid in "${LISTENERS[@]}" "${CONNECTORS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${EVENT_PIDS[@]}" "${LISTENERS[@]}" "${CONNECTORS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
   wait 2>/dev/null || true
   # Deleting a namespace deletes the veth ends inside it, and with them the pairs.
   for ns in "${NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
@@ -175,9 +196,22 @@ for ((k = 0; k < PAIRS; ++k)); do
     "$PERF" "${ARGS[@]}" --provider tcp --connect "10.99.$k.1:$PORT" -q &
   CONNECTORS+=($!)
 done
+# Link events, timed from the connecting sides' start; each says what it did on stderr.
+for event in "${EVENTS[@]+"${EVENTS[@]}"}"; do
+  IFS=: read -r at action rail <<<"$event"
+  (
+    sleep "$at"
+    for ((k = 0; k < PAIRS; ++k)); do ip -n "${TAG}a$k" link set "rail$rail" "$action"; done
+    echo "netns-perf: t=${at} s after start: rail$rail $action" >&2
+  ) &
+  EVENT_PIDS+=($!)
+done
 status=0
 for pid in "${CONNECTORS[@]}" "${LISTENERS[@]}"; do wait "$pid" || status=1; done
 LISTENERS=() CONNECTORS=()
+# A run that ended before its events: they have nothing left to act on.
+for pid in "${EVENT_PIDS[@]+"${EVENT_PIDS[@]}"}"; do kill "$pid" 2>/dev/null || true; done
+EVENT_PIDS=()
 for ((k = 0; k < PAIRS; ++k)); do
   ((PAIRS == 1)) || echo "## pair $k: ${TAG}a$k (10.99.$k.1) <-> ${TAG}b$k (10.99.$k.2)"
   cat "$WORK/listen$k.txt"

@@ -94,15 +94,27 @@ void withdrawAddress(const std::string& ownName, int nic) {
 }
 
 int publishedNic(const std::string& canonical) {
+  int nic = -1;
+  long pid = 0;
+  return publishedEndpoint(canonical, &nic, &pid) ? nic : -1;
+}
+
+bool publishedEndpoint(const std::string& canonical, int* nic, long* pid) {
   Entry entry;
   std::string path = fileOf(canonical);
-  if (!readEntry(path, &entry) || entry.address != hex(canonical)) return -1;
+  if (!readEntry(path, &entry) || entry.address != hex(canonical)) return false;
   // Left by a process that ended without closing (forked test children leave with _exit).
   if (kill(static_cast<pid_t>(entry.pid), 0) != 0 && errno == ESRCH) {
     unlink(path.c_str());
-    return -1;
+    return false;
   }
-  return entry.nic;
+  *nic = entry.nic;
+  *pid = entry.pid;
+  return true;
+}
+
+std::string sharedDirectory() {
+  return directory();
 }
 
 }  // namespace efa_rules

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "efa_rules.h"
+#include "link.h"
 
 namespace efa_rules {
 namespace {
@@ -94,11 +95,12 @@ int drain(Cq* cq) {
       Pending item{};
       std::memcpy(&item.entry, bytes + i * cq->entrySize, cq->entrySize);
       item.source = sources[i];
-      item.arrival = cq->arrivals++;
+      if (linkFailsCompletion(cq, item.entry)) continue;  // link.cc: its link went down
       if (isRemoteWrite(item.entry.flags) && fixRemoteWrite(cq, &item.entry)) continue;
       if ((item.entry.flags & FI_RECV) != 0 && item.source != FI_ADDR_NOTAVAIL)
         cq->heard.insert(item.source);  // that peer's handshake has come (handshake.cc)
       if (!cq->roomy.empty() && (item.entry.flags & FI_RECV) != 0 && truncated(cq, item)) continue;
+      item.arrival = cq->arrivals++;
       cq->pending.push_back(item);
     }
     if (static_cast<size_t>(n) < kDrainBatch) return 0;
@@ -182,6 +184,11 @@ ssize_t sread(fid_cq* f, void* buf, size_t count, const void* cond, int timeout)
 }
 
 const char* strError(fid_cq* f, int provErrno, const void* errData, char* buf, size_t len) {
+  if (const char* link = linkFailedOperations() > 0 ? linkErrorText(provErrno) : nullptr) {
+    if (buf == nullptr || len == 0) return link;
+    std::snprintf(buf, len, "%s", link);
+    return buf;
+  }
   if (isRuleErrno(provErrno) || provErrno == kFailedNicErrno || provErrno == kRemoteWriteErrno) {
     static thread_local std::string text;
     text = provErrno == kFailedNicErrno

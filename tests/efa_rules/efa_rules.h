@@ -177,6 +177,12 @@ void publishAddress(const std::string& ownName, int nic);
 void withdrawAddress(const std::string& ownName, int nic);
 // The NIC of the endpoint at a base address, -1 when no live endpoint published it.
 int publishedNic(const std::string& canonical);
+// The NIC and the process of the endpoint at a base address; false when no live endpoint
+// published it.
+bool publishedEndpoint(const std::string& canonical, int* nic, long* pid);
+// The directory the processes of a test share (NNF_EFA_RULES_ADDRESSES): addresses, and the
+// link state each process publishes (link.cc).
+std::string sharedDirectory();
 
 // --- info translation (info.cc).
 fi_info* toBaseHints(const fi_info* hints, const Config& config);

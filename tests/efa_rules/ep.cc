@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "efa_rules.h"
+#include "link.h"
 
 namespace efa_rules {
 namespace {
@@ -174,6 +175,10 @@ int getopt(fid* f, int level, int optname, void* optval, size_t* optlen) {
       std::lock_guard<std::mutex> guard(ep->peersMutex);
       return put<uint64_t>(ep->handshakeEagains, optval, optlen);
     }
+    case kOptEfaRulesLinkDown:
+      return put<uint32_t>(linkDownMask(), optval, optlen);
+    case kOptEfaRulesLinkFailed:
+      return put<uint64_t>(linkFailedOperations(), optval, optlen);
     case kOptCudaApiPermitted:
       return put<bool>(options.cudaApiPermitted != 0, optval, optlen);
     case kOptSharedMemoryPermitted:

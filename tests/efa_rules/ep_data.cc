@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "efa_rules.h"
+#include "link.h"
 #include "platform/nccl_proto.h"
 #include "post.h"
 
@@ -233,6 +234,11 @@ bool admit(Ep* ep, const Post& post, void** baseDesc, ssize_t* ret) {
     }
     return false;
   }
+  // The endpoint's NIC or the target's has its link down (link.cc): the error is queued.
+  if (failedByLink(ep, post)) {
+    *ret = 0;
+    return false;
+  }
   for (size_t i = 0; i < post.count; ++i) {
     Mr* mr = post.desc != nullptr ? liveMr(post.desc[i]) : nullptr;
     baseDesc[i] = mr != nullptr ? fi_mr_desc(mr->base) : nullptr;
@@ -242,6 +248,7 @@ bool admit(Ep* ep, const Post& post, void** baseDesc, ssize_t* ret) {
 
 ssize_t tally(Ep* ep, const Post& post, ssize_t ret) {
   if (ret != 0 || post.recv) return ret;
+  noteTransmit(ep, post);  // link.cc: a link that goes down before it completes fails it
   uint64_t bytes = 0;
   for (size_t i = 0; i < post.count; ++i) bytes += post.iov[i].iov_len;
   Traffic* traffic = ep->domain->traffic;

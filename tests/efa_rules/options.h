@@ -21,6 +21,10 @@ constexpr int kOptEfaRulesViolations = kOptEfaRnrRetry + 0x100;
 // Ours, for tests: getopt returns the -FI_EAGAIN answers this endpoint's posts got while waiting
 // for a peer's handshake (uint64_t; handshake.cc).
 constexpr int kOptEfaRulesHandshakeEagains = kOptEfaRnrRetry + 0x101;
+// Ours, for tests: getopt returns the NICs whose link this process sees down (uint32_t mask), and
+// the transmit operations failed so far because a link was down (uint64_t; link.cc).
+constexpr int kOptEfaRulesLinkDown = kOptEfaRnrRetry + 0x102;
+constexpr int kOptEfaRulesLinkFailed = kOptEfaRnrRetry + 0x103;
 
 static_assert(FI_OPT_EFA_RNR_RETRY == kOptEfaRnrRetry, "fi_ext.h disagrees");
 #if NNF_EFA_RULES_HAVE_CUDA_API_PERMITTED

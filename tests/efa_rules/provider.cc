@@ -64,6 +64,24 @@
 //                           (getopt kOptEfaRulesHandshakeEagains)
 //   NNF_EFA_RULES_FAIL_NIC  N: every RMA write posted on NIC N fails (error completion FI_EIO,
 //                           prov_errno 0xefa0ff; an inject returns -FI_EIO), as over a broken link
+//   NNF_EFA_RULES_FAIL_AFTER_OPS  n:K[:K2]: NIC n's link goes down once K transmit operations
+//                           (sends, writes, reads, injects) were taken on it, and comes back once
+//                           K2 more were posted on any NIC of the process (0 or absent: never);
+//                           both move at the check of the next post, so the K-th completes
+//   NNF_EFA_RULES_FAIL_AFTER_MS   n:T[:T2]: NIC n's link goes down T ms after the first transmit
+//                           operation on it, and comes back T2 ms later (0 or absent: never)
+//   NNF_EFA_RULES_FAIL_FILE path: the NICs the file names (numbers, comma or space separated)
+//                           are down while it names them; read at most every millisecond
+//                           While a link is down (link.cc), as EFA's initiators see a dead NIC: a
+//                           transmit posted on it or to an endpoint on a NIC whose process sees it
+//                           down is taken and completes in error (FI_ECONNABORTED, prov_errno 4124
+//                           where the endpoint reached that peer before, else FI_EHOSTUNREACH, 15;
+//                           an inject's error has op_context NULL), nothing reaching the target;
+//                           a transmit taken before and read while down completes in error too,
+//                           its bytes possibly landed; receives stay posted. Each process
+//                           publishes its down NICs in NNF_EFA_RULES_ADDRESSES/health-<pid>; the
+//                           target's NIC is known with several NICs. getopt
+//                           kOptEfaRulesLinkDown / kOptEfaRulesLinkFailed read the state.
 //   NNF_EFA_RULES_HOLD_NIC  n:ms (or n,m,...:ms): RMA writes with immediate data posted on NIC n
 //                           complete at once at the initiator and reach the target ms later
 //                           (held.cc), as a write that completes once sent (tcp) may still be on

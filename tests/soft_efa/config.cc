@@ -44,6 +44,34 @@ uint64_t number(const char* name, uint64_t fallback) {
   return parsed;
 }
 
+// "n:K[:K2]" with n a device of this process's list.
+Config::LinkSchedule schedule(const char* name) {
+  Config::LinkSchedule out;
+  const char* value = env(name);
+  if (value == nullptr) return out;
+  unsigned long long parts[3] = {0, 0, 0};
+  int count = 0;
+  const char* p = value;
+  bool ok = true;
+  while (ok && count < 3) {
+    char* end = nullptr;
+    ok = *p >= '0' && *p <= '9';
+    parts[count++] = std::strtoull(p, &end, 10);
+    p = end;
+    if (*p == '\0') break;
+    ok = ok && *p == ':';
+    ++p;
+  }
+  if (!ok || *p != '\0' || count < 2 || parts[0] >= kMaxDevices) {
+    std::fprintf(stderr, "soft-efa: ignoring %s=%s (expected n:K[:K2])\n", name, value);
+    return out;
+  }
+  out.nic = static_cast<int>(parts[0]);
+  out.after = parts[1];
+  out.restoreAfter = parts[2];
+  return out;
+}
+
 Config load() {
   Config cfg;
   uint64_t nics = number("NNF_SOFT_EFA_NICS", 1);
@@ -72,6 +100,9 @@ Config load() {
   if (const char* stats = env("NNF_SOFT_EFA_STATS")) cfg.stats = stats;
   if (env("NNF_SOFT_EFA_FAIL_NIC") != nullptr)
     cfg.failNic = static_cast<int>(number("NNF_SOFT_EFA_FAIL_NIC", 0));
+  cfg.failAfterOps = schedule("NNF_SOFT_EFA_FAIL_AFTER_OPS");
+  cfg.failAfterMs = schedule("NNF_SOFT_EFA_FAIL_AFTER_MS");
+  if (const char* file = env("NNF_SOFT_EFA_FAIL_FILE")) cfg.failFile = file;
   return cfg;
 }
 

@@ -45,6 +45,20 @@ struct Config {
   // NNF_SOFT_EFA_FAIL_NIC=n: NIC n's link is broken: every RDMA write posted on it fails
   // (unreachable remote), for tests of a failing rail; -1 (default): none.
   int failNic = -1;
+  // Links that go down in the middle of a run and come back (link.cc). NIC n is down while:
+  // NNF_SOFT_EFA_FAIL_AFTER_OPS=n:K[:K2]: K send-queue operations of this process were posted on
+  // it, until K2 more were posted on any NIC (absent or 0: for good), the post after the K-th
+  // (K2-th) finding the change; NNF_SOFT_EFA_FAIL_AFTER_MS
+  // =n:T[:T2]: T ms after this process's first operation on it, for T2 ms;
+  // NNF_SOFT_EFA_FAIL_FILE=path: the file names n (numbers, comma or space separated).
+  struct LinkSchedule {
+    int nic = -1;  // -1: none
+    uint64_t after = 0;
+    uint64_t restoreAfter = 0;  // 0: never
+  };
+  LinkSchedule failAfterOps;
+  LinkSchedule failAfterMs;
+  std::string failFile;
   // NNF_SOFT_EFA_STATS: a file receiving this process's traffic per device at exit and on
   // nnf_soft_efa_write_stats() ("<device> <written> <sent> <read> <pid>" lines).
   std::string stats;

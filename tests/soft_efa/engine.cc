@@ -295,8 +295,17 @@ bool complete(const Qp& qp, const SendWqe& wqe) {
 
 Step step(Process& proc, Qp& qp, SendWqe& wqe, uint64_t now) {
   for (;;) {
-    if (wqe.phase == SendWqe::kComplete)
-      return complete(qp, wqe) ? Step::kFinished : Step::kPending;
+    // A link that went down fails the operation wherever it is, even between the target's
+    // completion and ours (link.cc).
+    if (wqe.status == kOk) {
+      uint32_t link = linkFailure(qp, wqe, false);
+      if (link != kOk) fail(wqe, link);
+    }
+    if (wqe.phase == SendWqe::kComplete) {
+      if (!complete(qp, wqe)) return Step::kPending;
+      noteLinkSuccess(qp, wqe);
+      return Step::kFinished;
+    }
     if (wqe.op == Op::kWrite && qp.ctx->device->index == config().failNic) {
       fail(wqe, kLocalUnreachableRemote);  // a broken link (NNF_SOFT_EFA_FAIL_NIC)
       continue;

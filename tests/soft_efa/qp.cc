@@ -227,7 +227,15 @@ int wrComplete(ibv_qp_ex* ex) {
     // Delays: a message may wait a few progress passes while later ones go ahead.
     wqe.hold = config().reorder ? static_cast<uint32_t>(nextRandom(proc) % 3) : 0;
     cutIntoPieces(proc, wqe);
+    // Posted while its link or its target's is down: it fails whatever comes after (link.cc),
+    // checked before this post counts for the schedules.
+    uint32_t link = linkFailure(*qp, wqe, true);
+    if (link != kOk) {
+      wqe.status = link;
+      wqe.phase = SendWqe::kComplete;
+    }
     qp->pending.push_back(wqe);
+    noteLinkPost(*qp);
   }
   qp->sqOutstanding += static_cast<uint32_t>(qp->session.size());
   qp->session.clear();

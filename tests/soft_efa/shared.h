@@ -86,6 +86,9 @@ struct Registry {
   QpSlot qps[kMaxDevices][kMaxQp];
   MrSlot mrs[kMaxMr];
   FileSlot files[kMaxFiles];
+  // Per device slot, how many processes see its link down (link.cc): the NIC is shared by the
+  // processes of the namespace, as a host's NIC is by its ranks.
+  std::atomic<uint32_t> linkDownVotes[kMaxDevices];
 };
 
 // One posted receive.

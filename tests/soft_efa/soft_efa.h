@@ -191,6 +191,16 @@ void kick(Process& proc);
 int writeStats();
 void onPolled(Process& proc, const Cq& cq, const Cqe& cqe);
 
+// link.cc: links that go down and come back (config.h, NNF_SOFT_EFA_FAIL_AFTER_*). Each takes
+// proc.mutex held. noteLinkPost counts one send-queue operation posted on `qp`; linkFailure is
+// the status an operation meets when its device's link or its target's is down (kOk when both
+// are up; `posting`: the check of a post, where the operation schedule moves); noteLinkSuccess
+// records that the target answered (later failures are
+// "unresponsive", not "unreachable").
+void noteLinkPost(const Qp& qp);
+uint32_t linkFailure(const Qp& qp, const SendWqe& wqe, bool posting);
+void noteLinkSuccess(const Qp& qp, const SendWqe& wqe);
+
 // efa_io_comp_status values (rdma-core's efa_io_defs.h), which libfabric reads as vendor_err.
 enum Status : uint32_t {
   kOk = 0,

@@ -95,6 +95,29 @@ else
   echo "skip: --plot (gnuplot not installed)"
 fi
 
+# --timeline (issue 27): a long single-size run prints, per interval, the bytes each rank's
+# messages moved. The receiver's intervals, in time order, add up to every byte it received
+# (warm-up included), and the sender's to every byte it sent.
+"$perf" bw --provider "$provider" -q --check -b 64K -e 64K -n 400 -w 0 --plugin-only \
+  --timeline 20 >"$out/timeline.txt" 2>"$out/timeline.err" || fail "--timeline: exit status $?"
+grep -q 'no mismatch' "$out/timeline.txt" || fail "--timeline: no data-check line"
+grep -q '^timeline,engine,rank,dir,t_s,interval_s,bytes,gbps$' "$out/timeline.err" ||
+  fail "--timeline: no header line"
+for side in "0,send" "1,recv"; do
+  awk -F, -v side="$side" -v want=$((400 * 65536)) '
+    $1 == "timeline" && $2 == "plugin" && ($3 "," $4) == side {
+      if ($5 + 0 < last) { print "FAIL: --timeline " side ": time goes back at " $5; bad = 1 }
+      last = $5 + 0; sum += $7; ++lines
+    }
+    END {
+      if (lines < 1 || sum != want) {
+        print "FAIL: --timeline " side ": " lines " lines, " sum " bytes, expected " want; bad = 1
+      }
+      exit bad
+    }' "$out/timeline.err" || exit 1
+done
+echo "ok: --timeline"
+
 # Two hosts, here both on loopback: the listening side prints the table.
 port=$((20000 + RANDOM % 20000))
 "$perf" bw --listen "$port" --provider "$provider" -q --check -b 4K -e 64K -n 20 \
@@ -113,7 +136,8 @@ echo "ok: --listen / --connect"
 
 # Refusals: a bad command line exits 2 with a message; a plugin that cannot load fails the run.
 for args in "bw -f 1" "bw --window 33" "nosuchmode" "bw -b 2M -e 1M" "bw --listen 1 --connect h:2" \
-  "lat --order ahead" "bw --order sideways" "bw --load 65"; do
+  "lat --order ahead" "bw --order sideways" "bw --load 65" "lat --timeline 10" \
+  "bw --timeline 0"; do
   status=0
   # shellcheck disable=SC2086
   "$perf" $args >/dev/null 2>"$out/bad.err" || status=$?

@@ -232,6 +232,10 @@ void printUsage(const char* argv0) {
       "                    acknowledgement; the receiver posts a round's receives before the\n"
       "                    sender starts it (ahead), as the sender starts (step), or once the\n"
       "                    sender has posted the round's sends (behind)\n"
+      "  --timeline MS     bw, bibw: every MS ms, the bytes each engine's messages moved\n"
+      "                    and their GB/s on stderr, one CSV line per direction\n"
+      "                    (timeline,engine,rank,dir,t_s,interval_s,bytes,gbps; t_s counted\n"
+      "                    from the tool's start): bandwidth over a long single-size run\n"
       "  -q, --quiet       no progress on stderr\n"
       "  -h, --help        this text\n\n"
       "Local runs on tcp use FI_TCP_IFACE=lo unless it is set.\n",
@@ -394,6 +398,12 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
         *error = "--order: '" + order + "' is not an order (ahead, step, behind)";
         return false;
       }
+    } else if (arg == "--timeline") {
+      if (!value(&v)) return false;
+      if (!parseInt(v, 1, 600000, &opts.timelineMs)) {
+        *error = "--timeline: '" + std::string(v) + "' is not a period in 1..600000 ms";
+        return false;
+      }
     } else if (arg == "--pin" || arg == "--no-pin") {
       opts.pin = arg == "--pin" ? 1 : 0;
     } else if (arg == "-q" || arg == "--quiet") {
@@ -407,6 +417,10 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
   if (opts.mode == Mode::kRma && !checkRmaOptions(opts, error)) return false;
   if (opts.order != Order::kFree && opts.mode != Mode::kBw && opts.mode != Mode::kMsgrate) {
     *error = "--order: bw and msgrate only (one rank sends, the other receives)";
+    return false;
+  }
+  if (opts.timelineMs > 0 && opts.mode != Mode::kBw && opts.mode != Mode::kBibw) {
+    *error = "--timeline: bw and bibw only (bytes moved over time in a stream)";
     return false;
   }
   if (!opts.runPlugin && !opts.runRaw) {

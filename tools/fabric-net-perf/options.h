@@ -43,7 +43,8 @@ struct Options {
   bool rawRma = false;  // --raw rma: the raw engine writes (fi_writedata) instead of tagged sends
   bool fullCheck = false;
   bool quiet = false;
-  int load = 0;  // --load N: busy-looping processes beside the ranks (load.h)
+  int load = 0;        // --load N: busy-looping processes beside the ranks (load.h)
+  int timelineMs = 0;  // --timeline MS: bytes moved per MS ms on stderr (timeline.h); 0: off
   Order order = Order::kFree;
   // Local ranks on distinct CPUs (when there are enough): -1 lat only, 0 never, 1 always.
   // Measured on a loaded 2-CPU machine: pinning keeps two spinning ping-pong ranks from being

@@ -147,6 +147,7 @@ bool Runner::verify(const Stream& s, uint64_t seq, size_t got) {
 
 bool Runner::poll(Stream& s, bool* completed) {
   *completed = false;
+  if (timeline_ != nullptr) timeline_->tick();
   if (s.inflight() == 0) return true;
   uint64_t seq = s.doneSeq;
   void*& req = s.reqs[seq % s.slots];
@@ -157,6 +158,7 @@ bool Runner::poll(Stream& s, bool* completed) {
   req = nullptr;
   ++s.doneSeq;
   *completed = true;
+  if (timeline_ != nullptr) timeline_->add(s.dir, s.bytes);
   return s.dir == Dir::kSend || verify(s, seq, got);
 }
 
@@ -164,6 +166,7 @@ bool Runner::stalled(Clock::time_point since, const char* what) {
   // See runStreams. Latency never yields: measured here, any yield turns a microsecond wait
   // into a scheduler time slice whenever the machine has other work.
   if ((++idleSpins_ & 63) == 0 && opts_.mode != Mode::kLat) sched_yield();
+  if (timeline_ != nullptr) timeline_->tick();
   if (Clock::now() - since < std::chrono::seconds(kStallSeconds)) return false;
   fail(std::string(e_.name()) + ": no progress for " + std::to_string(kStallSeconds) + " s while " +
        what + " (is the peer alive?)");
@@ -270,6 +273,7 @@ bool Runner::stepAlltoall(size_t bytes, Row* row) {
 
 bool Runner::setup() {
   int me = boot_.rank();
+  if (opts_.timelineMs > 0) timeline_ = std::make_unique<Timeline>(opts_.timelineMs, e_.name(), me);
   int other = 1 - me;
   const bool lead = me == 0;
   switch (opts_.mode) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "engine.h"
 #include "options.h"
 #include "patterns.h"
+#include "timeline.h"
 
 namespace nnf::perf {
 
@@ -112,6 +114,7 @@ class Runner {
   std::vector<Ack> acks_;
   std::string error_;
   unsigned idleSpins_ = 0;
+  std::unique_ptr<Timeline> timeline_;  // --timeline
 };
 
 }  // namespace nnf::perf

@@ -230,6 +230,7 @@ bool Runner::stepStreaming(size_t bytes, int comms, Row* row) {
   auto t0 = Clock::now();
   if (!runBursts(active, n)) return false;
   double elapsed = seconds(Clock::now() - t0);
+  if (timeline_ != nullptr) timeline_->flush();
   bool both = opts_.mode == Mode::kBibw;
   row->bytes = bytes;
   row->comms = comms;

@@ -1,0 +1,166 @@
+// Links that go down in the middle of a run and come back (config.h: NNF_SOFT_EFA_FAIL_AFTER_OPS,
+// _FAIL_AFTER_MS, _FAIL_FILE). A device's link is down while any process of the namespace says
+// so (Registry::linkDownVotes: the processes share the NICs, as the ranks of a host do). Then,
+// as SRD reports a peer that stops answering, every send-queue operation of a queue pair on that
+// device, or addressed to a queue pair on it, completes with "unresponsive remote" (13, which
+// libfabric's efa provider turns into FI_EFA_ERR_ESTABLISHED_RECV_UNRESP where the peer's
+// handshake had come) or, toward a device this one never had a completion from, "unreachable
+// remote" (15). One not started lands nothing; one under way stops where it is (pieces of a
+// write may have landed, without the target's completion); one whose target completion was
+// delivered but whose own was not reports the error all the same (the acknowledgement lost):
+// the target counted it. Receives stay posted; what was posted before the link came back and
+// failed stays failed.
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "soft_efa.h"
+
+namespace nnf::softefa {
+namespace {
+
+constexpr uint64_t kFileReadIntervalNs = 1000000;  // the control file: at most every 1 ms
+
+// This process's view, under proc.mutex.
+struct LinkState {
+  uint64_t opsOnNic = 0, opsSinceDown = 0;
+  bool opsDown = false, opsDone = false;
+  bool msStarted = false, msDown = false, msDone = false;
+  uint64_t msFirstNs = 0, msDownAtNs = 0;
+  uint32_t fileMask = 0;  // NICs (this process's device indexes) the control file names
+  uint64_t nextFileReadNs = 0;
+  uint32_t voted = 0;  // registry device slots this process votes down
+  // Per local device slot: the device slots a completion came back from (SRD: responsive).
+  uint32_t reached[kMaxDevices] = {};
+};
+
+LinkState& state() {
+  static LinkState* links = new LinkState();  // never destroyed: the device thread may run on
+  return *links;
+}
+
+bool controlled() {
+  const Config& cfg = config();
+  return cfg.failAfterOps.nic >= 0 || cfg.failAfterMs.nic >= 0 || !cfg.failFile.empty();
+}
+
+uint32_t parseNics(const std::string& text) {
+  uint32_t mask = 0;
+  std::string item;
+  auto take = [&] {
+    if (!item.empty() && item.size() <= 2 && std::stoi(item) < static_cast<int>(kMaxDevices))
+      mask |= 1u << std::stoi(item);
+    item.clear();
+  };
+  for (char c : text) {
+    if (c >= '0' && c <= '9')
+      item += c;
+    else
+      take();
+  }
+  take();
+  return mask;
+}
+
+// The schedules brought up to date; votes changed in the registry where the view changed. The
+// operation schedule moves only at the check of a post (`posting`), once K (or K2) were counted:
+// no operation is failed by the transition its own count brings.
+void refresh(LinkState& links, bool posting) {
+  if (!controlled()) return;
+  const Config& cfg = config();
+  uint64_t now = nowNs();
+  const Config::LinkSchedule& ops = cfg.failAfterOps;
+  if (posting && ops.nic >= 0 && !links.opsDone) {
+    if (!links.opsDown && links.opsOnNic >= ops.after) links.opsDown = true;
+    if (links.opsDown && ops.restoreAfter > 0 && links.opsSinceDown >= ops.restoreAfter) {
+      links.opsDown = false;
+      links.opsDone = true;
+    }
+  }
+  const Config::LinkSchedule& ms = cfg.failAfterMs;
+  if (ms.nic >= 0 && links.msStarted && !links.msDone) {
+    if (!links.msDown && now >= links.msFirstNs + ms.after * 1000000) {
+      links.msDown = true;
+      links.msDownAtNs = now;
+    }
+    if (links.msDown && ms.restoreAfter > 0 &&
+        now >= links.msDownAtNs + ms.restoreAfter * 1000000) {
+      links.msDown = false;
+      links.msDone = true;
+    }
+  }
+  if (!cfg.failFile.empty() && now >= links.nextFileReadNs) {
+    links.nextFileReadNs = now + kFileReadIntervalNs;
+    std::ifstream in(cfg.failFile);
+    std::stringstream text;
+    if (in) text << in.rdbuf();
+    links.fileMask = parseNics(text.str());
+  }
+  uint32_t nics = links.fileMask;
+  if (links.opsDown) nics |= 1u << cfg.failAfterOps.nic;
+  if (links.msDown) nics |= 1u << ms.nic;
+  uint32_t slots = 0;
+  const std::vector<Device*>& list = devices();
+  for (size_t n = 0; n < list.size(); ++n)
+    if (nics & (1u << n)) slots |= 1u << list[n]->slot;
+  if (slots == links.voted) return;
+  Registry& reg = registry();
+  for (uint32_t slot = 0; slot < kMaxDevices; ++slot) {
+    uint32_t bit = 1u << slot;
+    if (!((slots ^ links.voted) & bit)) continue;
+    bool down = (slots & bit) != 0;
+    if (down)
+      reg.linkDownVotes[slot].fetch_add(1, std::memory_order_acq_rel);
+    else
+      reg.linkDownVotes[slot].fetch_sub(1, std::memory_order_acq_rel);
+    const Device* device = deviceBySlot(slot);
+    std::fprintf(stderr, "soft-efa %d: %s link %s\n", static_cast<int>(getpid()),
+                 device != nullptr ? device->ibv.name : "?", down ? "down" : "up again");
+  }
+  links.voted = slots;
+}
+
+bool slotDown(uint32_t slot) {
+  return slot < kMaxDevices && registry().linkDownVotes[slot].load(std::memory_order_acquire) > 0;
+}
+
+}  // namespace
+
+void noteLinkPost(const Qp& qp) {
+  if (!controlled()) return;
+  LinkState& links = state();
+  const Config& cfg = config();
+  int nic = qp.ctx->device->index;
+  const Config::LinkSchedule& ops = cfg.failAfterOps;
+  if (ops.nic >= 0 && !links.opsDone) {
+    if (links.opsDown)
+      ++links.opsSinceDown;
+    else if (nic == ops.nic)
+      ++links.opsOnNic;
+  }
+  if (cfg.failAfterMs.nic == nic && !links.msStarted) {
+    links.msStarted = true;
+    links.msFirstNs = nowNs();
+  }
+}
+
+uint32_t linkFailure(const Qp& qp, const SendWqe& wqe, bool posting) {
+  if (wqe.ah == nullptr || wqe.ah->target < 0) return kOk;  // resolve() reports those
+  LinkState& links = state();
+  refresh(links, posting);
+  uint32_t local = qp.ctx->device->slot;
+  uint32_t target = static_cast<uint32_t>(wqe.ah->target);
+  if (!slotDown(local) && !slotDown(target)) return kOk;
+  return (links.reached[local] & (1u << target)) ? kLocalUnresponsiveRemote
+                                                 : kLocalUnreachableRemote;
+}
+
+void noteLinkSuccess(const Qp& qp, const SendWqe& wqe) {
+  if (wqe.status != kOk || wqe.ah == nullptr || wqe.ah->target < 0) return;
+  state().reached[qp.ctx->device->slot] |= 1u << static_cast<uint32_t>(wqe.ah->target);
+}
+
+}  // namespace nnf::softefa

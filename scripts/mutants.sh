@@ -186,6 +186,61 @@ table() {
     'bool grantDue() const { return mode_ == RecvEagerMode::kLanded; }' \
     'bool grantDue() const { return mode_ <= RecvEagerMode::kLanded; }' \
     rdma_states_test '*' -
+
+  # The eager path (issue 25): the sender never has more eager messages out than the entries the
+  # receiver freed (a credit ahead overwrites an entry whose message no receive took yet), and
+  # an entry is the sender's again only once the NIC has copied its message into GPU memory.
+  mutant eager-credits-one-ahead src/protocol/rdma_eager_receiver.cc \
+    'write.tag = encodeCredits(comm_.remoteId(), static_cast<uint32_t>(freed & 0xff));' \
+    'write.tag = encodeCredits(comm_.remoteId(), static_cast<uint32_t>((freed + 1) & 0xff));' \
+    eager_test 'Eager.TheSenderNeverGoesBeyondTheEntriesTheReceiverFreed' NNF_TEST_PROVIDER=tcp+rdma
+  mutant eager-entry-freed-when-its-read-is-posted src/protocol/rdma_eager_receiver.cc \
+    '    inbox_.copying(entry);' '    freeEntry(entry);' \
+    efa_plugin_test 'EfaPlugin.ABounceEntryIsNotReusedWhileTheNicStillCopiesOutOfIt' -
+  mutant eager-entry-being-read-counts-as-freed src/protocol/rdma_eager_inbox.h \
+    'entries_[entry].state = State::kCopying;' 'entries_[entry].state = State::kFreed;' \
+    rdma_eager_test 'RdmaEagerInbox.*' -
+
+  # Per-tag sequence numbers across their 16-bit wrap (NCCL_FABRIC_SEQUENCE_START near it): a
+  # descriptor or an eager message is behind its tag's next number only modulo 2^16.
+  mutant wrap-descriptor-behind-unwrapped src/protocol/rdma_sender.cc \
+    '} else if (link == nullptr && behind(buffer.seq, comm_.sequences().peek(buffer.tag))) {' \
+    '} else if (link == nullptr && buffer.seq < comm_.sequences().peek(buffer.tag)) {' \
+    wrap_test 'Wrap.*' NNF_TEST_PROVIDER=tcp+rdma
+  mutant wrap-eager-behind-unwrapped src/protocol/rdma_eager_receiver.cc \
+    'if (!behind(header.seq, comm_.sequences().peek(header.tag))) return;' \
+    'if (header.seq >= comm_.sequences().peek(header.tag)) return;' \
+    wrap_test 'Wrap.*' NNF_TEST_PROVIDER=tcp+rdma
+
+  # The control channel: every receive of its ring is posted again, whatever landed in it.
+  mutant control-failed-receive-not-reposted src/core/control_channel.cc \
+    'if (error == FI_ECANCELED) return;  // the device is closing' 'if (true) return;' \
+    control_channel_test '*' NNF_TEST_PROVIDER=tcp
+  mutant control-malformed-message-not-reposted src/core/control_channel.cc \
+    'NNF_WARN("device %d: dropped a control message: %s", device_.index(), reason.c_str());' \
+    'NNF_WARN("device %d: dropped a control message: %s", device_.index(), reason.c_str()); return;' \
+    control_channel_test '*' NNF_TEST_PROVIDER=shm
+
+  # Striping: shares rounded up to 4 KiB from the halves rounded up (8 MiB + 1 rounded down
+  # leaves a third share for a rail that does not exist).
+  mutant stripe-share-rounded-down src/protocol/rdma_striping.cc \
+    'uint64_t share = (total + ways - 1) / ways;' 'uint64_t share = total / ways;' \
+    multirail_test 'Multirail.*Striped*:Multirail.Shares*' NNF_TEST_PROVIDER=efa+rdma+2rails
+
+  # The close answer's write counts per rail: too low and a receiver's close returns before the
+  # last writes landed (held back by the EFA-rules provider); too high and it waits for writes
+  # that never come.
+  mutant close-inline-writes-uncounted src/protocol/rdma_striping.cc \
+    '      close_.countWrite(rail);' '      (void)rail;' \
+    close_test 'Close/CloseCounts.*' NNF_TEST_PROVIDER=efa+rdma
+  mutant close-leader-writes-uncounted src/protocol/rdma_sender.cc \
+    'if (op.rail < kMaxRails) close_.countWrite(op.rail);' \
+    'if (op.rail > 0 && op.rail < kMaxRails) close_.countWrite(op.rail);' \
+    close_test 'Close/CloseCounts.*' NNF_TEST_PROVIDER=efa+rdma
+  mutant close-limit-write-counted-twice src/protocol/rdma_eager_sender.cc \
+    'if (!write.inFlight && !write.queued) close_.countWrite(0);  // inline: done already' \
+    'close_.countWrite(0);' \
+    close_test 'Close/CloseCounts.*' NNF_TEST_PROVIDER=efa+rdma
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -18,11 +18,10 @@
 
 #include "core/tags.h"
 #include "core/wire.h"
-#include "fabric/provider.h"
-#include "fabric/rail.h"
 #include "support/harness.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
+#include "support/raw_endpoint.h"
 #include "support/test_env.h"
 
 namespace nnf::test {
@@ -71,75 +70,6 @@ std::vector<uint8_t> badAddress(const std::vector<uint8_t>& own, BadAddress kind
   }
   return bad;
 }
-
-// A raw libfabric endpoint of the provider under test, apart from the plugin.
-class RawEndpoint {
- public:
-  RawEndpoint() {
-    fabric::ProviderChoice choice = fabric::selectProvider("");
-    rail_ = std::make_unique<fabric::Rail>(choice.domains.at(0).get(), 0);
-    buffer_.resize(sizeof(core::wire::ControlHeader) + sizeof(core::wire::ConnectMessage));
-    if (rail_->needsLocalRegistration()) {
-      int ret = fi_mr_reg(rail_->domain(), buffer_.data(), buffer_.size(), FI_SEND, 0, 0, 0, &mr_,
-                          nullptr);
-      if (ret != 0) throw std::runtime_error("fi_mr_reg failed");
-      desc_ = fi_mr_desc(mr_);
-    }
-  }
-  ~RawEndpoint() {
-    // The registration before its domain: libfabric's efa provider frees the domain's MR map
-    // at close, and closing an MR after that faults there.
-    if (mr_ != nullptr) fi_close(&mr_->fid);
-    rail_.reset();
-  }
-  fabric::Rail& rail() { return *rail_; }
-
-  // Sends `length` bytes of `data` with `tag` and waits for the send to complete.
-  ::testing::AssertionResult send(fi_addr_t peer, const void* data, size_t length, uint64_t tag) {
-    if (length > 0) memcpy(buffer_.data(), data, length);
-    return post([&] { return rail_->tsend(buffer_.data(), length, desc_, peer, tag, this); });
-  }
-  // Sends a control message (untagged, with its header) to comm `commId` of the peer.
-  ::testing::AssertionResult sendControl(fi_addr_t peer, uint32_t commId,
-                                         core::wire::ControlKind kind, const void* payload,
-                                         size_t length) {
-    core::wire::ControlHeader header = core::wire::makeControlHeader(commId, kind, length);
-    memcpy(buffer_.data(), &header, sizeof(header));
-    if (length > 0 && payload != nullptr) memcpy(buffer_.data() + sizeof(header), payload, length);
-    return post(
-        [&] { return rail_->send(buffer_.data(), sizeof(header) + length, desc_, peer, this); });
-  }
-
- private:
-  template <typename Post>
-  ::testing::AssertionResult post(Post&& postOnce) {
-    Deadline deadline(kOpTimeoutSec);
-    ssize_t ret;
-    while ((ret = postOnce()) == -FI_EAGAIN) {
-      fi_cq_tagged_entry entry;
-      rail_->readCompletions(&entry, 1);
-      if (deadline.expired()) return ::testing::AssertionFailure() << "fi_tsend kept EAGAIN";
-    }
-    if (ret != 0) return ::testing::AssertionFailure() << "fi_tsend: " << fi_strerror(-ret);
-    while (!deadline.expired()) {
-      fi_cq_tagged_entry entry;
-      ssize_t n = rail_->readCompletions(&entry, 1);
-      if (n == 1) return ::testing::AssertionSuccess();
-      if (n == -FI_EAVAIL) {
-        fi_cq_err_entry error;
-        const char* text = nullptr;
-        rail_->readError(&error, &text);
-        return ::testing::AssertionFailure() << "send failed: " << fi_strerror(error.err);
-      }
-    }
-    return ::testing::AssertionFailure() << "send did not complete";
-  }
-
-  std::unique_ptr<fabric::Rail> rail_;
-  std::vector<uint8_t> buffer_;
-  fid_mr* mr_ = nullptr;
-  void* desc_ = nullptr;
-};
 
 // One message of kMessage bytes carrying pattern `message` from a fresh buffer, sent and
 // completed on `send`.

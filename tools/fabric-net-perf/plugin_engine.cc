@@ -54,10 +54,14 @@ PluginEngine::~PluginEngine() {
   close();
 }
 
+std::string pluginCallError(const std::string& call, abi::Result rc) {
+  return "plugin " + call + " returned " + tools::resultName(rc) + " (" +
+         std::to_string(static_cast<int>(rc)) + "); see the NCCL WARN lines above";
+}
+
 bool PluginEngine::check(const char* call, abi::Result rc) {
   if (rc == abi::kSuccess) return true;
-  error_ = std::string("plugin ") + call + " returned " + tools::resultName(rc) + " (" +
-           std::to_string(static_cast<int>(rc)) + "); see the NCCL WARN lines above";
+  error_ = pluginCallError(call, rc);
   return false;
 }
 

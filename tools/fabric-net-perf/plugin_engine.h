@@ -50,6 +50,10 @@ class PluginEngine : public Engine {
   std::vector<void*> sendComms_, recvComms_;  // [peer * comms_ + index]
 };
 
+// "plugin <call> returned ncclSystemError (2); see the NCCL WARN lines above": how the engines
+// report a plugin call that failed.
+std::string pluginCallError(const std::string& call, abi::Result rc);
+
 // Sets the rank printed in front of the plugin's log lines.
 void setLogRank(int rank);
 // The logger handed to the plugin's init (NCCL_DEBUG picks the level), for the RMA table too.

@@ -19,8 +19,7 @@ RmaPluginEngine::~RmaPluginEngine() {
 
 bool RmaPluginEngine::check(const char* call, abi::Result rc) {
   if (rc == abi::kSuccess) return true;
-  error_ = std::string("plugin RMA ") + call + " returned " + tools::resultName(rc) + " (" +
-           std::to_string(static_cast<int>(rc)) + "); see the NCCL WARN lines above";
+  error_ = pluginCallError(std::string("RMA ") + call, rc);
   return false;
 }
 

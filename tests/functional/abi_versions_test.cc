@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/abi_entries.h"
 #include "support/harness.h"
 #include "support/plugin_ops.h"
 
@@ -35,36 +36,6 @@ template <typename Net>
 const Net* table(void* library, int version) {
   return static_cast<const Net*>(
       dlsym(library, ("ncclNetPlugin_v" + std::to_string(version)).c_str()));
-}
-
-// Entry points every version has, all mandatory for NCCL (it calls them unchecked).
-template <typename Net>
-void expectCommonEntries(const Net* net) {
-  ASSERT_NE(net, nullptr);
-  ASSERT_NE(net->name, nullptr);
-  EXPECT_STREQ(net->name, "Fabric");
-  EXPECT_NE(net->init, nullptr);
-  EXPECT_NE(net->devices, nullptr);
-  EXPECT_NE(net->getProperties, nullptr);
-  EXPECT_NE(net->listen, nullptr);
-  EXPECT_NE(net->connect, nullptr);
-  EXPECT_NE(net->accept, nullptr);
-  EXPECT_NE(net->regMr, nullptr);
-  EXPECT_NE(net->regMrDmaBuf, nullptr);
-  EXPECT_NE(net->deregMr, nullptr);
-  EXPECT_NE(net->isend, nullptr);
-  EXPECT_NE(net->irecv, nullptr);
-  EXPECT_NE(net->iflush, nullptr);
-  EXPECT_NE(net->test, nullptr);
-  EXPECT_NE(net->closeSend, nullptr);
-  EXPECT_NE(net->closeRecv, nullptr);
-  EXPECT_NE(net->closeListen, nullptr);
-}
-
-template <typename Net>
-void expectOffloadEntries(const Net* net) {
-  EXPECT_NE(net->getDeviceMr, nullptr);
-  EXPECT_NE(net->irecvConsumed, nullptr);
 }
 
 TEST(AbiVersions, Nccl228FindsV11AndNccl230FindsV12) {

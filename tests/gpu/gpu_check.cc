@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -124,10 +125,63 @@ void regGpu(Peer& peer, void* comm, const DeviceBuffer& buffer, void** mhandle) 
   ASSERT_NE(*mhandle, nullptr);
 }
 
-// Receive side of one message: checks what test and iflush say, then copies the bytes back
-// from the GPU and compares them, and the guard bytes after them.
+enum class Role { kSender, kReceiver };
+
+// One process's end of a two-process check: the driver, its comm (a receiver's also the listen
+// comm it came from) and one GPU buffer registered on that comm.
+struct GpuEnd {
+  Role role = Role::kSender;
+  CudaApi cuda;
+  std::unique_ptr<DeviceBuffer> buffer;
+  void* listen = nullptr;
+  void* comm = nullptr;
+  void* mh = nullptr;
+};
+
+// Opens the driver, connects to (sender) or accepts (receiver) the other process, and allocates
+// and registers a GPU buffer of `bytes`.
+void openEnd(Peer& peer, Role role, size_t bytes, GpuEnd* end) {
+  end->role = role;
+  ASSERT_NO_FATAL_FAILURE(openCuda(end->cuda));
+  if (role == Role::kSender) {
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &end->comm));
+  } else {
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &end->listen, &end->comm));
+  }
+  end->buffer = std::make_unique<DeviceBuffer>(end->cuda, bytes);
+  ASSERT_NO_FATAL_FAILURE(allocated(end->cuda, *end->buffer));
+  ASSERT_NO_FATAL_FAILURE(regGpu(peer, end->comm, *end->buffer, &end->mh));
+}
+
+void closeEnd(Peer& peer, GpuEnd& end) {
+  dereg(peer, end.comm, end.mh);
+  if (end.role == Role::kSender) {
+    closeSend(peer, end.comm);
+  } else {
+    closeRecv(peer, end.comm);
+    closeListen(peer, end.listen);
+  }
+}
+
+// Copies a received message of `length` bytes at `offset`, and the `guard` bytes after it, back
+// from the GPU: the message must carry pattern `message`, the guard bytes their sentinel.
+void checkGpuBytes(const DeviceBuffer& buffer, size_t offset, size_t length, size_t guard,
+                   uint64_t message, Moved moved) {
+  std::vector<uint8_t> bytes;
+  int result = buffer.read(offset, length + guard, &bytes);
+  ASSERT_EQ(result, 0) << "cuMemcpyDtoH failed with CUDA error " << result;
+  ::testing::AssertionResult same = verifyPattern(bytes.data(), length, message);
+  ASSERT_TRUE(same) << "GPU bytes wrong after the transfer: " << same.message();
+  ::testing::AssertionResult kept = verifySentinel(bytes.data() + length, guard, kSentinel);
+  ASSERT_TRUE(kept) << "GPU bytes written past the message: " << kept.message();
+  recordVerified(moved, length);
+}
+
+// Receive side of one message into GPU memory: checks what test and iflush say, then the bytes
+// (checkGpuBytes).
 void checkReceived(Peer& peer, void* comm, const DeviceBuffer& buffer, void* mhandle, size_t offset,
-                   int expected, int received, size_t guard, uint64_t message, bool readFlush) {
+                   int expected, int received, size_t guard, uint64_t message, bool readFlush,
+                   Moved moved = Moved::kGpuToGpu) {
   ASSERT_EQ(received, expected) << "test reported " << received << " bytes";
   void* data[1] = {buffer.at(offset)};
   int sizes[1] = {received};
@@ -143,15 +197,8 @@ void checkReceived(Peer& peer, void* comm, const DeviceBuffer& buffer, void* mha
   if (flush != nullptr) {
     ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
   }
-  std::vector<uint8_t> bytes;
-  size_t length = static_cast<size_t>(expected);
-  int result = buffer.read(offset, length + guard, &bytes);
-  ASSERT_EQ(result, 0) << "cuMemcpyDtoH failed with CUDA error " << result;
-  ::testing::AssertionResult same = verifyPattern(bytes.data(), length, message);
-  ASSERT_TRUE(same) << "GPU bytes wrong after the transfer: " << same.message();
-  ::testing::AssertionResult kept = verifySentinel(bytes.data() + length, guard, kSentinel);
-  ASSERT_TRUE(kept) << "GPU bytes written past the message: " << kept.message();
-  recordVerified(Moved::kGpuToGpu, length);
+  ASSERT_NO_FATAL_FAILURE(
+      checkGpuBytes(buffer, offset, static_cast<size_t>(expected), guard, message, moved));
 }
 
 class GpuCheck : public ::testing::Test {
@@ -330,14 +377,9 @@ TEST_F(GpuCheck, C_PlainShmOffersGpuMemoryOnlyIfItAcceptsTheCudaCallBan) {
 void GpuCheck::sweep(int pass, const std::vector<int>& sizes, bool readFlush) {
   for (int size : sizes) g_expectedGpuBytes += static_cast<uint64_t>(size);
   auto sender = [&](Peer& peer) {
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void* comm;
-    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    DeviceBuffer buffer(cuda, kCapacity);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, buffer));
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, buffer, &mh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kSender, kCapacity, &end));
+    DeviceBuffer& buffer = *end.buffer;
     for (size_t i = 0; i < sizes.size(); ++i) {
       SCOPED_TRACE("message " + std::to_string(i) + ": " + std::to_string(sizes[i]) + " bytes");
       Placement where = place(i, sizes[i]);
@@ -345,40 +387,32 @@ void GpuCheck::sweep(int pass, const std::vector<int>& sizes, bool readFlush) {
       ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));  // the receive is posted
       void* request;
       ASSERT_NO_FATAL_FAILURE(
-          postSend(peer, comm, buffer.at(where.offset), sizes[i], kTag, mh, &request));
+          postSend(peer, end.comm, buffer.at(where.offset), sizes[i], kTag, end.mh, &request));
       ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
       ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));  // checked: the buffer may be reused
     }
-    dereg(peer, comm, mh);
-    closeSend(peer, comm);
+    closeEnd(peer, end);
   };
   auto receiver = [&](Peer& peer) {
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void *listen, *comm;
-    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    DeviceBuffer buffer(cuda, kCapacity);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, buffer));
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, buffer, &mh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kReceiver, kCapacity, &end));
+    DeviceBuffer& buffer = *end.buffer;
     for (size_t i = 0; i < sizes.size(); ++i) {
       SCOPED_TRACE("message " + std::to_string(i) + ": " + std::to_string(sizes[i]) + " bytes");
       Placement where = place(i, sizes[i]);
       recordExpected(Moved::kGpuToGpu, static_cast<uint64_t>(sizes[i]));
       ASSERT_EQ(buffer.fillByte(where.offset, sizes[i] + where.guard, kSentinel), 0);
       void* request;
-      ASSERT_NO_FATAL_FAILURE(
-          postRecv(peer, comm, buffer.at(where.offset), where.capacity, kTag, mh, &request));
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, end.comm, buffer.at(where.offset), where.capacity,
+                                       kTag, end.mh, &request));
       ASSERT_TRUE(peer.channel->signal());
       int received = -1;
       ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &received));
-      ASSERT_NO_FATAL_FAILURE(checkReceived(peer, comm, buffer, mh, where.offset, sizes[i],
+      ASSERT_NO_FATAL_FAILURE(checkReceived(peer, end.comm, buffer, end.mh, where.offset, sizes[i],
                                             received, where.guard, messageId(pass, i), readFlush));
       ASSERT_TRUE(peer.channel->signal());
     }
-    dereg(peer, comm, mh);
-    closeRecv(peer, comm);
-    closeListen(peer, listen);
+    closeEnd(peer, end);
   };
   runTwoProcesses(sender, receiver, kTimeoutSec);
 }
@@ -408,60 +442,49 @@ TEST_F(GpuCheck, F_EightGpuMessagesInFlight) {
     return messageId(3, static_cast<size_t>(round * 100 + k));
   };
   auto sender = [&](Peer& peer) {
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void* comm;
-    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    DeviceBuffer buffer(cuda, kCapacity);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, buffer));
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, buffer, &mh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kSender, kCapacity, &end));
+    DeviceBuffer& buffer = *end.buffer;
     for (int round = 0; round < kRounds; ++round) {
       for (int k = 0; k < kInFlight; ++k)
         ASSERT_EQ(buffer.fillPattern(k * kSlot, sizeOf(round, k), message(round, k)), 0);
       ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));
       std::vector<void*> requests(kInFlight);
       for (int k = 0; k < kInFlight; ++k)
-        ASSERT_NO_FATAL_FAILURE(
-            postSend(peer, comm, buffer.at(k * kSlot), sizeOf(round, k), kTag, mh, &requests[k]));
+        ASSERT_NO_FATAL_FAILURE(postSend(peer, end.comm, buffer.at(k * kSlot), sizeOf(round, k),
+                                         kTag, end.mh, &requests[k]));
       std::vector<int> done;
       ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &done));
       ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));
     }
-    dereg(peer, comm, mh);
-    closeSend(peer, comm);
+    closeEnd(peer, end);
   };
   auto receiver = [&](Peer& peer) {
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void *listen, *comm;
-    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    DeviceBuffer buffer(cuda, kCapacity);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, buffer));
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, buffer, &mh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kReceiver, kCapacity, &end));
+    DeviceBuffer& buffer = *end.buffer;
     for (int round = 0; round < kRounds; ++round) {
       SCOPED_TRACE("round " + std::to_string(round));
       std::vector<void*> requests(kInFlight);
       for (int k = 0; k < kInFlight; ++k) {
         recordExpected(Moved::kGpuToGpu, static_cast<uint64_t>(sizeOf(round, k)));
         ASSERT_EQ(buffer.fillByte(k * kSlot, sizeOf(round, k) + kGuard, kSentinel), 0);
-        ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.at(k * kSlot),
-                                         static_cast<int>(kSlot - kGuard), kTag, mh, &requests[k]));
+        ASSERT_NO_FATAL_FAILURE(postRecv(peer, end.comm, buffer.at(k * kSlot),
+                                         static_cast<int>(kSlot - kGuard), kTag, end.mh,
+                                         &requests[k]));
       }
       ASSERT_TRUE(peer.channel->signal());
       std::vector<int> received;
       ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &received));
       for (int k = 0; k < kInFlight; ++k) {
         SCOPED_TRACE("receive " + std::to_string(k) + " of the round (posting order)");
-        ASSERT_NO_FATAL_FAILURE(checkReceived(peer, comm, buffer, mh, k * kSlot, sizeOf(round, k),
-                                              received[k], kGuard, message(round, k), true));
+        ASSERT_NO_FATAL_FAILURE(checkReceived(peer, end.comm, buffer, end.mh, k * kSlot,
+                                              sizeOf(round, k), received[k], kGuard,
+                                              message(round, k), true));
       }
       ASSERT_TRUE(peer.channel->signal());
     }
-    dereg(peer, comm, mh);
-    closeRecv(peer, comm);
-    closeListen(peer, listen);
+    closeEnd(peer, end);
   };
   runTwoProcesses(sender, receiver, kTimeoutSec);
 }
@@ -480,14 +503,9 @@ TEST_F(GpuCheck, G_GroupedReceivesIntoGpuBuffers) {
   };
   auto sender = [&](Peer& peer) {
     const int maxRecvs = peer.props.maxRecvs;
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void* comm;
-    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    DeviceBuffer buffer(cuda, kCapacity);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, buffer));
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, buffer, &mh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kSender, kCapacity, &end));
+    DeviceBuffer& buffer = *end.buffer;
     for (int round = 0; round < kRounds; ++round) {
       const int n = countOf(round, maxRecvs);
       for (int k = 0; k < n; ++k)
@@ -498,34 +516,28 @@ TEST_F(GpuCheck, G_GroupedReceivesIntoGpuBuffers) {
       for (int j = 0; j < n; ++j) {
         int k = (n - 1 - j + round) % n;
         void* request;
-        ASSERT_NO_FATAL_FAILURE(
-            postSend(peer, comm, buffer.at(k * kSlot), sizeOf(round, k), tagOf(k), mh, &request));
+        ASSERT_NO_FATAL_FAILURE(postSend(peer, end.comm, buffer.at(k * kSlot), sizeOf(round, k),
+                                         tagOf(k), end.mh, &request));
         requests.push_back(request);
       }
       std::vector<int> done;
       ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &done));
       ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));
     }
-    dereg(peer, comm, mh);
-    closeSend(peer, comm);
+    closeEnd(peer, end);
   };
   auto receiver = [&](Peer& peer) {
     const int maxRecvs = peer.props.maxRecvs;
     ASSERT_GE(maxRecvs, 2) << "the device reports maxRecvs=" << maxRecvs
                            << ": grouped receives cannot be checked";
     ASSERT_LE(maxRecvs * kSlot, kCapacity);
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void *listen, *comm;
-    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    DeviceBuffer buffer(cuda, kCapacity);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, buffer));
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, buffer, &mh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kReceiver, kCapacity, &end));
+    DeviceBuffer& buffer = *end.buffer;
     for (int round = 0; round < kRounds; ++round) {
       SCOPED_TRACE("round " + std::to_string(round));
       const int n = countOf(round, maxRecvs);
-      std::vector<void*> data(n), handles(n, mh);
+      std::vector<void*> data(n), handles(n, end.mh);
       std::vector<int> capacities(n, static_cast<int>(kSlot - kGuard)), tags(n);
       for (int k = 0; k < n; ++k) {
         recordExpected(Moved::kGpuToGpu, static_cast<uint64_t>(sizeOf(round, k)));
@@ -534,7 +546,7 @@ TEST_F(GpuCheck, G_GroupedReceivesIntoGpuBuffers) {
         tags[k] = tagOf(k);
       }
       void* request;
-      ASSERT_NO_FATAL_FAILURE(postRecvGroup(peer, comm, n, data.data(), capacities.data(),
+      ASSERT_NO_FATAL_FAILURE(postRecvGroup(peer, end.comm, n, data.data(), capacities.data(),
                                             tags.data(), handles.data(), &request));
       ASSERT_TRUE(peer.channel->signal());
       std::vector<int> received(n, -1);
@@ -545,7 +557,7 @@ TEST_F(GpuCheck, G_GroupedReceivesIntoGpuBuffers) {
         anyData = anyData || received[k] > 0;
       }
       void* flush = reinterpret_cast<void*>(0x1);
-      ASSERT_EQ(peer.net->iflush(comm, n, data.data(), received.data(), handles.data(), &flush),
+      ASSERT_EQ(peer.net->iflush(end.comm, n, data.data(), received.data(), handles.data(), &flush),
                 abi::kSuccess);
       if (anyData) {
         ASSERT_NE(flush, nullptr) << "a grouped GPU receive needs its flush read";
@@ -555,20 +567,12 @@ TEST_F(GpuCheck, G_GroupedReceivesIntoGpuBuffers) {
       }
       for (int k = 0; k < n; ++k) {
         SCOPED_TRACE("buffer " + std::to_string(k));
-        std::vector<uint8_t> bytes;
-        size_t length = static_cast<size_t>(received[k]);
-        ASSERT_EQ(buffer.read(k * kSlot, length + kGuard, &bytes), 0);
-        ::testing::AssertionResult same = verifyPattern(bytes.data(), length, message(round, k));
-        ASSERT_TRUE(same) << "GPU bytes wrong after the grouped receive: " << same.message();
-        ::testing::AssertionResult kept = verifySentinel(bytes.data() + length, kGuard, kSentinel);
-        ASSERT_TRUE(kept) << "GPU bytes written past the message: " << kept.message();
-        recordVerified(Moved::kGpuToGpu, length);
+        ASSERT_NO_FATAL_FAILURE(checkGpuBytes(buffer, k * kSlot, static_cast<size_t>(received[k]),
+                                              kGuard, message(round, k), Moved::kGpuToGpu));
       }
       ASSERT_TRUE(peer.channel->signal());
     }
-    dereg(peer, comm, mh);
-    closeRecv(peer, comm);
-    closeListen(peer, listen);
+    closeEnd(peer, end);
   };
   // The parent cannot ask the plugin for maxRecvs: its floor counts groups of 2.
   for (int round = 0; round < kRounds; ++round)
@@ -582,16 +586,12 @@ TEST_F(GpuCheck, G_GroupedReceivesIntoGpuBuffers) {
 TEST_F(GpuCheck, H_GpuToHostAndHostToGpu) {
   const std::vector<int> sizes = {1, 64, 4096, 65537, 1 << 20, 8 << 20};
   auto sender = [&](Peer& peer) {
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void* comm;
-    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    DeviceBuffer gpu(cuda, 16 * kMiB);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, gpu));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kSender, 16 * kMiB, &end));
+    DeviceBuffer& gpu = *end.buffer;
     HostBuffer host(16 * kMiB);
-    void *gpuMh, *hostMh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, gpu, &gpuMh));
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostMh));
+    void* hostMh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, end.comm, host.data(), host.size(), &hostMh));
     for (size_t i = 0; i < sizes.size(); ++i) {
       for (bool fromGpu : {true, false}) {
         uint64_t message = messageId(5, 2 * i + (fromGpu ? 0 : 1));
@@ -602,27 +602,22 @@ TEST_F(GpuCheck, H_GpuToHostAndHostToGpu) {
         }
         ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));
         void* request;
-        ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, fromGpu ? gpu.at(0) : host.data(), sizes[i],
-                                         kTag, fromGpu ? gpuMh : hostMh, &request));
+        ASSERT_NO_FATAL_FAILURE(postSend(peer, end.comm, fromGpu ? gpu.at(0) : host.data(),
+                                         sizes[i], kTag, fromGpu ? end.mh : hostMh, &request));
         ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
         ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));
       }
     }
-    dereg(peer, comm, gpuMh);
-    dereg(peer, comm, hostMh);
-    closeSend(peer, comm);
+    dereg(peer, end.comm, hostMh);
+    closeEnd(peer, end);
   };
   auto receiver = [&](Peer& peer) {
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void *listen, *comm;
-    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    DeviceBuffer gpu(cuda, 16 * kMiB);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, gpu));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kReceiver, 16 * kMiB, &end));
+    DeviceBuffer& gpu = *end.buffer;
     HostBuffer host(16 * kMiB);
-    void *gpuMh, *hostMh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, gpu, &gpuMh));
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostMh));
+    void* hostMh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, end.comm, host.data(), host.size(), &hostMh));
     for (size_t i = 0; i < sizes.size(); ++i) {
       // A GPU send lands in host memory, a host send in GPU memory.
       for (bool fromGpu : {true, false}) {
@@ -637,9 +632,9 @@ TEST_F(GpuCheck, H_GpuToHostAndHostToGpu) {
           ASSERT_EQ(gpu.fillByte(0, length + kGuard, kSentinel), 0);
         }
         void* request;
-        ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, fromGpu ? host.data() : gpu.at(0),
+        ASSERT_NO_FATAL_FAILURE(postRecv(peer, end.comm, fromGpu ? host.data() : gpu.at(0),
                                          static_cast<int>(16 * kMiB - kGuard), kTag,
-                                         fromGpu ? hostMh : gpuMh, &request));
+                                         fromGpu ? hostMh : end.mh, &request));
         ASSERT_TRUE(peer.channel->signal());
         int received = -1;
         ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &received));
@@ -648,34 +643,22 @@ TEST_F(GpuCheck, H_GpuToHostAndHostToGpu) {
           void* data[1] = {host.data()};
           void* handles[1] = {hostMh};
           void* flush = reinterpret_cast<void*>(0x1);
-          ASSERT_EQ(peer.net->iflush(comm, 1, data, &received, handles, &flush), abi::kSuccess);
+          ASSERT_EQ(peer.net->iflush(end.comm, 1, data, &received, handles, &flush), abi::kSuccess);
           ASSERT_EQ(flush, nullptr) << "host memory needs no flush";
           ::testing::AssertionResult same = verifyPattern(host.data(), length, message);
           ASSERT_TRUE(same) << "GPU bytes wrong in host memory: " << same.message();
           ASSERT_TRUE(verifySentinel(host.data() + length, kGuard, kSentinel));
           recordVerified(Moved::kGpuToHost, length);
         } else {
-          std::vector<uint8_t> bytes;
-          ASSERT_EQ(received, sizes[i]);
-          void* data[1] = {gpu.at(0)};
-          void* handles[1] = {gpuMh};
-          void* flush = reinterpret_cast<void*>(0x1);
-          ASSERT_EQ(peer.net->iflush(comm, 1, data, &received, handles, &flush), abi::kSuccess);
-          ASSERT_NE(flush, nullptr) << "a GPU receive needs its flush read";
-          ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
-          ASSERT_EQ(gpu.read(0, length + kGuard, &bytes), 0);
-          ::testing::AssertionResult same = verifyPattern(bytes.data(), length, message);
-          ASSERT_TRUE(same) << "host bytes wrong in GPU memory: " << same.message();
-          ASSERT_TRUE(verifySentinel(bytes.data() + length, kGuard, kSentinel));
-          recordVerified(Moved::kHostToGpu, length);
+          ASSERT_NO_FATAL_FAILURE(checkReceived(peer, end.comm, gpu, end.mh, 0, sizes[i], received,
+                                                kGuard, message, /*readFlush=*/true,
+                                                Moved::kHostToGpu));
         }
         ASSERT_TRUE(peer.channel->signal());
       }
     }
-    dereg(peer, comm, gpuMh);
-    dereg(peer, comm, hostMh);
-    closeRecv(peer, comm);
-    closeListen(peer, listen);
+    dereg(peer, end.comm, hostMh);
+    closeEnd(peer, end);
   };
   runTwoProcesses(sender, receiver, kTimeoutSec);
 }

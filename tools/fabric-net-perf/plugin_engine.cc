@@ -59,6 +59,16 @@ std::string pluginCallError(const std::string& call, abi::Result rc) {
          std::to_string(static_cast<int>(rc)) + "); see the NCCL WARN lines above";
 }
 
+std::unique_ptr<tools::PluginLibrary> loadPluginLibrary(const std::string& path,
+                                                        std::string* error) {
+  try {
+    return std::make_unique<tools::PluginLibrary>(path);
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return nullptr;
+  }
+}
+
 bool PluginEngine::check(const char* call, abi::Result rc) {
   if (rc == abi::kSuccess) return true;
   error_ = pluginCallError(call, rc);
@@ -66,12 +76,8 @@ bool PluginEngine::check(const char* call, abi::Result rc) {
 }
 
 bool PluginEngine::load() {
-  try {
-    lib_ = std::make_unique<tools::PluginLibrary>(path_);
-  } catch (const std::exception& e) {
-    error_ = e.what();
-    return false;
-  }
+  lib_ = loadPluginLibrary(path_, &error_);
+  if (lib_ == nullptr) return false;
   net_ = &lib_->net();
   if (!check("init", net_->init(logger))) return false;
   if (!check("devices", net_->devices(&ndev_))) return false;

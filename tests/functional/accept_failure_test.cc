@@ -150,6 +150,8 @@ struct RawProber {
   fi_addr_t listener = FI_ADDR_UNSPEC;
 };
 
+// Receives the listener's handle (listenForProber), opens the raw endpoint and inserts the
+// listener's address.
 void openRawProber(Peer& peer, RawProber* out) {
   ASSERT_TRUE(peer.channel->recv(out->handle.bytes, sizeof(out->handle.bytes)));
   memcpy(&out->decoded, out->handle.bytes, sizeof(out->decoded));
@@ -162,6 +164,13 @@ void openRawProber(Peer& peer, RawProber* out) {
   ASSERT_EQ(
       out->endpoint->rail().insertAddress(decoded.address, decoded.addressLength, &out->listener),
       0);
+}
+
+// The listener's side: listens and hands the prober its handle.
+void listenForProber(Peer& peer, void** listen) {
+  Handle handle;
+  ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, listen));
+  ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle.bytes)));
 }
 
 // Sends the listener a valid connect message that names the raw endpoint's address made useless
@@ -256,10 +265,8 @@ TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
     peer.channel->finishBarrier(30);
   };
   auto listener = [&](Peer& peer) {
-    Handle handle;
     void* listen = nullptr;
-    ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
-    ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle.bytes)));
+    ASSERT_NO_FATAL_FAILURE(listenForProber(peer, &listen));
     for (BadAddress kind : kinds) {
       SCOPED_TRACE(static_cast<int>(kind));
       // accept drives the device: the prober's raw endpoint needs it to get its request in.
@@ -323,10 +330,8 @@ TEST(Accept, AnUnreachableRequesterDoesNotHoldUpTheListenersOtherConnections) {
     peer.channel->finishBarrier(30);
   };
   auto listener = [&](Peer& peer) {
-    Handle handle;
     void* listen = nullptr;
-    ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
-    ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle.bytes)));
+    ASSERT_NO_FATAL_FAILURE(listenForProber(peer, &listen));
     void* good = nullptr;
     auto start = std::chrono::steady_clock::now();
     ASSERT_NO_FATAL_FAILURE(acceptOn(peer, listen, &good));
@@ -362,10 +367,8 @@ TEST(Close, ClosingAListenerWithAStuckAcceptReleasesTheHalfBuiltComm) {
     peer.channel->finishBarrier(30);
   };
   auto listener = [&](Peer& peer) {
-    Handle handle;
     void* listen = nullptr;
-    ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
-    ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle.bytes)));
+    ASSERT_NO_FATAL_FAILURE(listenForProber(peer, &listen));
     // Long enough for the request to arrive and its accept message to be refused at least once.
     Deadline stuck(3);
     while (!stuck.expired()) {

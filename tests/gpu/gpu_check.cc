@@ -128,19 +128,24 @@ void regGpu(Peer& peer, void* comm, const DeviceBuffer& buffer, void** mhandle) 
 enum class Role { kSender, kReceiver };
 
 // One process's end of a two-process check: the driver, its comm (a receiver's also the listen
-// comm it came from) and one GPU buffer registered on that comm.
+// comm it came from) and one GPU buffer registered on that comm; where asked, also a host buffer
+// of the same size registered on it.
 struct GpuEnd {
   Role role = Role::kSender;
   CudaApi cuda;
   std::unique_ptr<DeviceBuffer> buffer;
+  std::unique_ptr<HostBuffer> host;
   void* listen = nullptr;
   void* comm = nullptr;
   void* mh = nullptr;
+  void* hostMh = nullptr;
 };
 
+enum class HostToo { kNo, kYes };
+
 // Opens the driver, connects to (sender) or accepts (receiver) the other process, and allocates
-// and registers a GPU buffer of `bytes`.
-void openEnd(Peer& peer, Role role, size_t bytes, GpuEnd* end) {
+// and registers the buffers of `bytes`.
+void openEnd(Peer& peer, Role role, size_t bytes, GpuEnd* end, HostToo hostToo = HostToo::kNo) {
   end->role = role;
   ASSERT_NO_FATAL_FAILURE(openCuda(end->cuda));
   if (role == Role::kSender) {
@@ -151,10 +156,16 @@ void openEnd(Peer& peer, Role role, size_t bytes, GpuEnd* end) {
   end->buffer = std::make_unique<DeviceBuffer>(end->cuda, bytes);
   ASSERT_NO_FATAL_FAILURE(allocated(end->cuda, *end->buffer));
   ASSERT_NO_FATAL_FAILURE(regGpu(peer, end->comm, *end->buffer, &end->mh));
+  if (hostToo == HostToo::kYes) {
+    end->host = std::make_unique<HostBuffer>(bytes);
+    ASSERT_NO_FATAL_FAILURE(
+        regHost(peer, end->comm, end->host->data(), end->host->size(), &end->hostMh));
+  }
 }
 
 void closeEnd(Peer& peer, GpuEnd& end) {
   dereg(peer, end.comm, end.mh);
+  if (end.hostMh != nullptr) dereg(peer, end.comm, end.hostMh);
   if (end.role == Role::kSender) {
     closeSend(peer, end.comm);
   } else {
@@ -587,11 +598,9 @@ TEST_F(GpuCheck, H_GpuToHostAndHostToGpu) {
   const std::vector<int> sizes = {1, 64, 4096, 65537, 1 << 20, 8 << 20};
   auto sender = [&](Peer& peer) {
     GpuEnd end;
-    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kSender, 16 * kMiB, &end));
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kSender, 16 * kMiB, &end, HostToo::kYes));
     DeviceBuffer& gpu = *end.buffer;
-    HostBuffer host(16 * kMiB);
-    void* hostMh;
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, end.comm, host.data(), host.size(), &hostMh));
+    HostBuffer& host = *end.host;
     for (size_t i = 0; i < sizes.size(); ++i) {
       for (bool fromGpu : {true, false}) {
         uint64_t message = messageId(5, 2 * i + (fromGpu ? 0 : 1));
@@ -603,21 +612,18 @@ TEST_F(GpuCheck, H_GpuToHostAndHostToGpu) {
         ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));
         void* request;
         ASSERT_NO_FATAL_FAILURE(postSend(peer, end.comm, fromGpu ? gpu.at(0) : host.data(),
-                                         sizes[i], kTag, fromGpu ? end.mh : hostMh, &request));
+                                         sizes[i], kTag, fromGpu ? end.mh : end.hostMh, &request));
         ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
         ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));
       }
     }
-    dereg(peer, end.comm, hostMh);
     closeEnd(peer, end);
   };
   auto receiver = [&](Peer& peer) {
     GpuEnd end;
-    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kReceiver, 16 * kMiB, &end));
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kReceiver, 16 * kMiB, &end, HostToo::kYes));
     DeviceBuffer& gpu = *end.buffer;
-    HostBuffer host(16 * kMiB);
-    void* hostMh;
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, end.comm, host.data(), host.size(), &hostMh));
+    HostBuffer& host = *end.host;
     for (size_t i = 0; i < sizes.size(); ++i) {
       // A GPU send lands in host memory, a host send in GPU memory.
       for (bool fromGpu : {true, false}) {
@@ -634,14 +640,14 @@ TEST_F(GpuCheck, H_GpuToHostAndHostToGpu) {
         void* request;
         ASSERT_NO_FATAL_FAILURE(postRecv(peer, end.comm, fromGpu ? host.data() : gpu.at(0),
                                          static_cast<int>(16 * kMiB - kGuard), kTag,
-                                         fromGpu ? hostMh : end.mh, &request));
+                                         fromGpu ? end.hostMh : end.mh, &request));
         ASSERT_TRUE(peer.channel->signal());
         int received = -1;
         ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &received));
         if (fromGpu) {
           ASSERT_EQ(received, sizes[i]);
           void* data[1] = {host.data()};
-          void* handles[1] = {hostMh};
+          void* handles[1] = {end.hostMh};
           void* flush = reinterpret_cast<void*>(0x1);
           ASSERT_EQ(peer.net->iflush(end.comm, 1, data, &received, handles, &flush), abi::kSuccess);
           ASSERT_EQ(flush, nullptr) << "host memory needs no flush";
@@ -657,7 +663,6 @@ TEST_F(GpuCheck, H_GpuToHostAndHostToGpu) {
         ASSERT_TRUE(peer.channel->signal());
       }
     }
-    dereg(peer, end.comm, hostMh);
     closeEnd(peer, end);
   };
   runTwoProcesses(sender, receiver, kTimeoutSec);

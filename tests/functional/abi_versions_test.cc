@@ -93,6 +93,15 @@ void expectSameDevice(const Props& props, const abi::PropertiesV8& v8) {
   EXPECT_EQ(props.maxRecvs, v8.maxRecvs);
 }
 
+// `net`'s properties of `dev`, written over a poisoned struct (so that a field left unset shows),
+// against v8's view of the same device.
+template <typename Net, typename Props>
+void expectPropertiesLikeV8(const Net* net, int dev, const abi::PropertiesV8& v8, Props* props) {
+  memset(props, 0xCD, sizeof(*props));
+  ASSERT_EQ(net->getProperties(dev, props), abi::kSuccess);
+  expectSameDevice(*props, v8);
+}
+
 template <typename Props>
 void expectV9Fields(const Props& props, int dev) {
   EXPECT_EQ(props.regIsGlobal, 1);
@@ -131,30 +140,20 @@ TEST(AbiVersions, InitDevicesAndPropertiesThroughEveryVersion) {
       abi::PropertiesV8 p8;
       ASSERT_EQ(peer.net->getProperties(dev, &p8), abi::kSuccess);
       abi::PropertiesV6 p6;
-      memset(&p6, 0xCD, sizeof(p6));
-      ASSERT_EQ(v6->getProperties(dev, &p6), abi::kSuccess);
-      expectSameDevice(p6, p8);
+      ASSERT_NO_FATAL_FAILURE(expectPropertiesLikeV8(v6, dev, p8, &p6));
       abi::PropertiesV7 p7;
-      memset(&p7, 0xCD, sizeof(p7));
-      ASSERT_EQ(table<abi::NetV7>(library, 7)->getProperties(dev, &p7), abi::kSuccess);
-      expectSameDevice(p7, p8);
+      ASSERT_NO_FATAL_FAILURE(expectPropertiesLikeV8(table<abi::NetV7>(library, 7), dev, p8, &p7));
       EXPECT_EQ(p7.netDeviceType, abi::kNetDeviceHost);
       EXPECT_EQ(p7.netDeviceVersion, 0);
       abi::PropertiesV9 p9;
-      memset(&p9, 0xCD, sizeof(p9));
-      ASSERT_EQ(table<abi::NetV9>(library, 9)->getProperties(dev, &p9), abi::kSuccess);
-      expectSameDevice(p9, p8);
+      ASSERT_NO_FATAL_FAILURE(expectPropertiesLikeV8(table<abi::NetV9>(library, 9), dev, p8, &p9));
       expectV9Fields(p9, dev);
       abi::PropertiesV11 p11;
-      memset(&p11, 0xCD, sizeof(p11));
-      ASSERT_EQ(v11->getProperties(dev, &p11), abi::kSuccess);
-      expectSameDevice(p11, p8);
+      ASSERT_NO_FATAL_FAILURE(expectPropertiesLikeV8(v11, dev, p8, &p11));
       expectV9Fields(p11, dev);
       EXPECT_EQ(p11.maxMultiRequestSize, 1);
       abi::PropertiesV12 p12;
-      memset(&p12, 0xCD, sizeof(p12));
-      ASSERT_EQ(v12->getProperties(dev, &p12), abi::kSuccess);
-      expectSameDevice(p12, p8);
+      ASSERT_NO_FATAL_FAILURE(expectPropertiesLikeV8(v12, dev, p8, &p12));
       expectV9Fields(p12, dev);
       EXPECT_EQ(p12.maxMultiRequestSize, 1);
       EXPECT_EQ(p12.railId, dev) << "rail = device index (docs/pytorch.md)";

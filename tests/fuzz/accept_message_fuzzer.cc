@@ -18,10 +18,7 @@ using core::wire::AcceptMessage;
 
 // The encoder gives back the accepted message, except for this process's pid and host id.
 void checkReencodes(const std::vector<uint8_t>& bytes, const AcceptMessage& decoded) {
-  AcceptMessage expected;
-  memcpy(&expected, bytes.data(), sizeof(expected));
-  expected.pid = core::wire::localPid();
-  expected.hostId = core::wire::localHostId();
+  AcceptMessage expected = fromThisProcess<AcceptMessage>(bytes);
   const uint8_t* rails[core::wire::kMaxRails - 1];
   for (size_t r = 0; r + 1 < core::wire::kMaxRails; ++r) rails[r] = decoded.railAddresses[r];
   AcceptMessage again =

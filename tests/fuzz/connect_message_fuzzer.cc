@@ -21,10 +21,7 @@ using core::wire::ConnectMessage;
 // except for what it takes from this process (pid, host id) and the bytes it leaves zero
 // (the address past its length). Decoding the re-encoded message gives the same fields.
 void checkReencodes(const std::vector<uint8_t>& bytes, const ConnectMessage& decoded) {
-  ConnectMessage expected;
-  memcpy(&expected, bytes.data(), sizeof(expected));
-  expected.pid = core::wire::localPid();
-  expected.hostId = core::wire::localHostId();
+  ConnectMessage expected = fromThisProcess<ConnectMessage>(bytes);
   memset(expected.address + expected.addressLength, 0,
          core::wire::kMaxAddressLength - expected.addressLength);
   ConnectMessage again = core::wire::makeConnectMessage(

@@ -36,6 +36,17 @@ bool decodesAsArrived(const std::vector<uint8_t>& bytes, uint32_t expectedId, De
   return true;
 }
 
+// The message in `bytes` (a whole one) as this process's encoder writes it: the pid and host id
+// are taken from the process, not the message.
+template <typename Message>
+Message fromThisProcess(const std::vector<uint8_t>& bytes) {
+  Message message;
+  memcpy(&message, bytes.data(), sizeof(message));
+  message.pid = core::wire::localPid();
+  message.hostId = core::wire::localHostId();
+  return message;
+}
+
 // Runs decodeOnce(bytes, id) on an exact-size copy of the input (ASan flags any read past what
 // arrived), against a fixed id and against the id the message names at `idOffset`, so that the
 // fuzzer reaches the checks behind the id.

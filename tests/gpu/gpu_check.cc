@@ -81,6 +81,34 @@ std::string ptrSupportReason(const Peer& peer) {
   return "no INFO line about ptrSupport";
 }
 
+// fi_getinfo for shm's FI_EP_RDM endpoints with FI_HMEM: 0 or the error.
+int getShmHmemInfo(fi_info** info) {
+  fi_info* hints = fi_allocinfo();
+  hints->caps = FI_TAGGED | FI_MSG | FI_HMEM;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->mr_mode =
+      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_HMEM;
+  hints->fabric_attr->prov_name = strdup("shm");
+  int rc =
+      fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints, info);
+  fi_freeinfo(hints);
+  return rc;
+}
+
+// What an endpoint of `info` answers when asked to make no CUDA calls
+// (FI_OPT_CUDA_API_PERMITTED=false, as the plugin asks): 0 or the error. *opened says whether
+// an endpoint opened at all (the error is fi_endpoint's otherwise).
+int askCudaCallBan(fid_domain* domain, fi_info* info, bool* opened) {
+  fid_ep* ep = nullptr;
+  int rc = fi_endpoint(domain, info, &ep, nullptr);
+  *opened = rc == 0;
+  if (rc != 0) return rc;
+  bool permitted = false;
+  rc = fi_setopt(&ep->fid, FI_OPT_ENDPOINT, kOptCudaApiPermitted, &permitted, sizeof(permitted));
+  fi_close(&ep->fid);
+  return rc;
+}
+
 // Where a message goes in the buffer: offsets that are not page aligned for small messages
 // (a registration serves its sub-ranges), and receive sizes above the send size now and then.
 struct Placement {
@@ -285,20 +313,11 @@ TEST_F(GpuCheck, B_LibfabricShmRegistersCudaMemory) {
         std::string library = std::string("libfabric ") + std::to_string(FI_MAJOR(fi_version())) +
                               "." + std::to_string(FI_MINOR(fi_version())) + " (" +
                               (where.dli_fname != nullptr ? where.dli_fname : "?") + ")";
-        fi_info* hints = fi_allocinfo();
-        hints->caps = FI_TAGGED | FI_MSG | FI_HMEM;
-        hints->ep_attr->type = FI_EP_RDM;
-        hints->domain_attr->mr_mode =
-            FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_HMEM;
-        hints->fabric_attr->prov_name = strdup("shm");
         fi_info* info = nullptr;
-        int rc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0,
-                            hints, &info);
-        fi_freeinfo(hints);
+        int rc = getShmHmemInfo(&info);
         ASSERT_EQ(rc, 0) << library << ": shm offers no FI_HMEM endpoint: " << fi_strerror(-rc);
         fid_fabric* fabric = nullptr;
         fid_domain* domain = nullptr;
-        fid_ep* ep = nullptr;
         ASSERT_EQ(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
         ASSERT_EQ(fi_domain(fabric, info, &domain, nullptr), 0);
         iovec range{buffer.at(0), buffer.size()};
@@ -317,14 +336,11 @@ TEST_F(GpuCheck, B_LibfabricShmRegistersCudaMemory) {
                                  << "(FI_LOG_LEVEL=info names what it could not load)";
         if (mr != nullptr) fi_close(&mr->fid);
         // What shm answers to the ban on CUDA calls decides test C below; printed for the record.
-        std::string ban = "no endpoint";
-        if (fi_endpoint(domain, info, &ep, nullptr) == 0) {
-          bool permitted = false;
-          rc = fi_setopt(&ep->fid, FI_OPT_ENDPOINT, kOptCudaApiPermitted, &permitted,
-                         sizeof(permitted));
-          ban = rc == 0 ? "accepted" : std::string("refused: ") + fi_strerror(-rc);
-          fi_close(&ep->fid);
-        }
+        bool opened = false;
+        rc = askCudaCallBan(domain, info, &opened);
+        std::string ban = !opened   ? "no endpoint"
+                          : rc == 0 ? "accepted"
+                                    : std::string("refused: ") + fi_strerror(-rc);
         printf(
             "[ GPU ] %s: shm FI_HMEM_CUDA registration of cuMemAlloc memory: %s; "
             "FI_OPT_CUDA_API_PERMITTED=false %s\n",
@@ -346,27 +362,15 @@ TEST_F(GpuCheck, C_PlainShmOffersGpuMemoryOnlyIfItAcceptsTheCudaCallBan) {
       [](Peer& peer) {
         CudaApi cuda;
         ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-        fi_info* hints = fi_allocinfo();
-        hints->caps = FI_TAGGED | FI_MSG | FI_HMEM;
-        hints->ep_attr->type = FI_EP_RDM;
-        hints->domain_attr->mr_mode =
-            FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_HMEM;
-        hints->fabric_attr->prov_name = strdup("shm");
         fi_info* info = nullptr;
-        ASSERT_EQ(fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0,
-                             hints, &info),
-                  0);
-        fi_freeinfo(hints);
+        ASSERT_EQ(getShmHmemInfo(&info), 0);
         fid_fabric* fabric = nullptr;
         fid_domain* domain = nullptr;
-        fid_ep* ep = nullptr;
         ASSERT_EQ(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
         ASSERT_EQ(fi_domain(fabric, info, &domain, nullptr), 0);
-        ASSERT_EQ(fi_endpoint(domain, info, &ep, nullptr), 0);
-        bool permitted = false;
-        bool banAccepted = fi_setopt(&ep->fid, FI_OPT_ENDPOINT, kOptCudaApiPermitted, &permitted,
-                                     sizeof(permitted)) == 0;
-        fi_close(&ep->fid);
+        bool opened = false;
+        bool banAccepted = askCudaCallBan(domain, info, &opened) == 0;
+        ASSERT_TRUE(opened) << "no shm endpoint";
         fi_close(&domain->fid);
         fi_close(&fabric->fid);
         fi_freeinfo(info);

@@ -48,8 +48,6 @@ class RawEndpoint {
   // Everything, in reverse order of opening; every close is attempted.
   void close();
 
-  const fi_info* info() const { return info_; }
-  fid_domain* domain() const { return domain_; }
   fid_ep* ep() const { return ep_; }
   fid_cq* cq() const { return cq_; }
 

@@ -1,6 +1,7 @@
 // The built library as NCCL's loader sees it: the v8 symbol, a complete function table, and no
-// other exported symbols than the net v6 to v12 and RMA v13 to v15 tables (functional/abi_versions_test.cc checks those)
-// (anything else would clash with NCCL or another plugin in the process).
+// other exported symbols than the net v6 to v12 and RMA v13 to v15 tables (anything else would
+// clash with NCCL or another plugin in the process; functional/abi_versions_test.cc checks the
+// tables of every version).
 #include <dlfcn.h>
 #include <sys/stat.h>
 

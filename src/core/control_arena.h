@@ -12,7 +12,6 @@
 
 #include <rdma/fabric.h>
 
-#include "memory/fabric_registrar.h"
 #include "memory/region.h"
 
 namespace nnf::core {
@@ -28,8 +27,9 @@ struct ControlSlot {
 class ControlArena {
  public:
   // `registrar` null: the provider takes host buffers without descriptors, nothing is registered.
+  // Otherwise chunks register through registerLocked (the device lock is held).
   // `slotsPerChunk`: slots registered at once (fewer for large slots: EFA pins what it registers).
-  explicit ControlArena(memory::FabricRegistrar* registrar, size_t slotSize = ControlSlot::kSize,
+  explicit ControlArena(memory::Registrar* registrar, size_t slotSize = ControlSlot::kSize,
                         uint64_t access = FI_SEND | FI_RECV, size_t slotsPerChunk = 256)
       : registrar_(registrar),
         slotSize_(slotSize),
@@ -51,7 +51,7 @@ class ControlArena {
     std::unique_ptr<uint8_t[]> memory;
     memory::Registration registration;
   };
-  memory::FabricRegistrar* registrar_;
+  memory::Registrar* registrar_;
   size_t slotSize_;
   uint64_t access_;
   size_t slotsPerChunk_;

@@ -1,7 +1,9 @@
-// One NCCL device: a NIC (libfabric domain) with its endpoint shared by every comm on it, the
-// completion queue that serves them all, the queue of operations waiting for a retry after
-// -FI_EAGAIN, and the comms themselves. All of it is guarded by one lock, because NCCL drives
-// different comms of a device from several proxy threads at once.
+// One NCCL device: its rails (NICs, with the endpoint each shares among every comm on the device)
+// and the operation engine that moves its operations on them (core/device_rails.h), the control
+// channel, the comms themselves, and what every protocol uses per device (arenas, registry,
+// drains). The device dispatches what the engine reads: the peers' writes to its protocol or to
+// the RMA layer. All of it is guarded by one lock, because NCCL drives different comms of a
+// device from several proxy threads at once.
 #pragma once
 
 #include <cstdint>
@@ -17,20 +19,19 @@
 #include "core/comm.h"
 #include "core/control_arena.h"
 #include "core/control_channel.h"
+#include "core/device_rails.h"
 #include "core/drain_pool.h"
 #include "core/memory_registry.h"
 #include "core/op_pool.h"
-#include "core/op_queue.h"
 #include "core/operation.h"
+#include "core/operation_engine.h"
 #include "core/progress_keeper.h"
 #include "core/protocol.h"
 #include "core/remote_writes.h"
 #include "core/scratch_area.h"
 #include "fabric/domain_lock.h"
-#include "fabric/rail.h"
-#include "memory/fabric_registrar.h"
+#include "fabric/rail_attributes.h"
 #include "memory/gdr_policy.h"
-#include "memory/rail_set_registrar.h"
 #include "nccl_net/types.h"
 
 namespace nnf::core {
@@ -54,7 +55,7 @@ struct DeviceProperties {
 
 // What the plugin decided a device is: its NICs (rails, leader first) and its properties.
 struct DeviceSpec {
-  std::vector<const fi_info*> rails;
+  std::vector<const fi_info*> rails;  // what FabricRails opens (empty for rails made in memory)
   const memory::CudaDriver* cuda = nullptr;  // null without CUDA
   bool rmaRead = false;                      // GPUDirect flush by RDMA read is possible
   bool rdma = false;  // move data with the rdma protocol (the rails offer RMA writes with data)
@@ -64,15 +65,15 @@ struct DeviceSpec {
   std::vector<std::string> gpus;  // PCI addresses of the GPUs it serves, nearest first
 };
 
-class Device : private protocol::DeviceSetup {
+class Device : private protocol::DeviceSetup, private EngineEvents {
  public:
-  // Opens the leader rail's fabric objects (the sendrecv protocol moves data on the leader
-  // only; rdma opens up to kMaxRails rails of the group) with the endpoint options the provider's
-  // rules ask for (src/platform); throws std::runtime_error with the libfabric error text, or when
-  // the provider cannot match our tags. A refused option narrows the device (host memory only, no
-  // read flush, no LL/LL128). Its protocol comes from `protocols` once the rails are open.
-  Device(int index, const DeviceSpec& spec, const config::Config& config,
-         const protocol::ProtocolFactory& protocols);
+  // A device over `rails` (opened by the plugin: core/fabric_rails.h, the leader only for the
+  // sendrecv protocol, up to kMaxRails rails of the group for rdma; or made in memory by a unit
+  // test). What opening them refused narrows the device (host memory only, no read flush, no
+  // LL128). Its protocol comes from `protocols`. Throws std::runtime_error when a per-device
+  // resource cannot be had (construction only).
+  Device(int index, const DeviceSpec& spec, std::unique_ptr<DeviceRails> rails,
+         const config::Config& config, const protocol::ProtocolFactory& protocols);
   ~Device() override;
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -82,18 +83,18 @@ class Device : private protocol::DeviceSetup {
   const std::vector<std::string>& railNames() const { return railNames_; }
   const std::vector<std::string>& gpus() const { return gpus_; }
   const config::Config& config() const { return config_; }
-  fabric::DomainLock& domainLock() { return domainLock_; }
+  fabric::DomainLock& domainLock() { return rails_->lock(); }
   // The leader rail: control messages, sendrecv data, flush reads, the rdma descriptor rings.
-  fabric::Rail& rail() { return *rails_.front(); }
+  const fabric::RailAttributes& rail() const { return rails_->rail(0); }
   // Every rail, leader first: the rdma protocol writes data on each (one NIC each); sendrecv
   // opens the leader only.
-  fabric::Rail& rail(size_t index) { return *rails_[index]; }
-  size_t railCount() const { return rails_.size(); }
+  const fabric::RailAttributes& rail(size_t index) const { return rails_->rail(index); }
+  size_t railCount() const { return railCount_; }
   protocol::Protocol& protocol() { return *protocol_; }
   const std::string& provider() const { return provider_; }
   MemoryRegistry& memory() { return *memory_; }
   // The leader rail's registrar: what a protocol keeps per device registers through it.
-  memory::FabricRegistrar& registrar() { return *registrar_; }
+  memory::Registrar& registrar() { return rails_->leaderRegistrar(); }
   const memory::CudaDriver* cuda() const { return cuda_; }
   bool rmaRead() const { return rmaRead_; }
   // NCCL_FABRIC_GDR_FLUSH, read once: iflush asks on every GPU receive.
@@ -114,19 +115,27 @@ class Device : private protocol::DeviceSetup {
 
   // --- everything below: caller holds domainLock() ---
 
+  // The calls below forward to the device's operation engine (core/operation_engine.h).
+
   // Reads completions and dispatches them (remote writes to the protocol), then retries queued
-  // operations.
-  abi::Result progress();
+  // operations, then frees closed comms the provider gave back. Inline: every test() and every
+  // empty poll comes through here.
+  abi::Result progress() {
+    keeper_->noteProgress();
+    abi::Result result = engine_->progress(*this);
+    if (result == abi::kSuccess && !closing_.empty()) reapClosed();
+    return result;
+  }
   // Posts `op`, or queues it when the provider says -FI_EAGAIN, when the device's share of the
   // provider's queue (receive or transmit) is full, or when others of its kind already wait.
-  abi::Result post(Operation& op);
-  void unqueue(Operation& op);
+  abi::Result post(Operation& op) { return engine_->post(op); }
+  void unqueue(Operation& op) { engine_->unqueue(op); }
   // Asks the provider of `op`'s rail to cancel it (a completion, with FI_ECANCELED, follows).
-  void cancel(Operation& op) { rails_[op.rail]->cancel(&op.context); }
+  void cancel(Operation& op) { engine_->cancel(op); }
   // Sends (or, for kWrite, writes) `op` inline when it fits the provider's inject size and nothing
   // waits in the retry queue: no completion will follow, the send is done on return. kInProgress:
   // use post().
-  abi::Result inject(const Operation& op);
+  abi::Result inject(const Operation& op) { return engine_->inject(op); }
   // Inject copies the buffer with the CPU: callers use it for host memory only.
   size_t injectLimit() const { return injectLimit_; }
   // The provider delivers one endpoint's operations to a peer in the order posted (shm, tcp):
@@ -163,6 +172,8 @@ class Device : private protocol::DeviceSetup {
   void keepProgressing() { keeper_->wake(); }
   // Comms closed whose operations the provider still holds (or whose close waits on them).
   size_t closingCount() const { return closing_.size(); }
+  // Comms the device holds, open or closing.
+  size_t commCount() const { return comms_.size(); }
   ControlChannel& controlChannel() { return *controlChannel_; }
   // Operations of grouped receives, in blocks of maxRecvs (single operations travel inline).
   OpPool& groupOps() { return *groupOps_; }
@@ -177,61 +188,30 @@ class Device : private protocol::DeviceSetup {
   uint64_t nextRegistrationKey() { return nextKey_++; }
 
  private:
-  void openRails(const DeviceSpec& spec);
   // DeviceSetup: the protocol's set-up lowers the device's largest message.
   void limitMessageBytes(size_t bytes) override;
-  abi::Result readRail(size_t index);
+  // EngineEvents: a peer's write goes to the RMA layer (its mark) or to the protocol.
+  void onRemoteWrite(size_t rail, uint64_t data, size_t length) override;
+  bool onRemoteWriteError(uint64_t data, const char* why) override;
   uint32_t allocateId();
   // Posts the control receives before the first comm (not at init: NCCL_PROTO is settled by
   // then, and a device NCCL never uses posts nothing). False, logged, when they cannot be.
   bool startControl();
-  void dispatchError(size_t railIndex);
-  // Reads the rails' event queues (where the provider has them) every kEventCheckInterval
-  // progress calls: handshake failures are reported there, seldom.
-  void checkEvents();
-  static constexpr uint32_t kEventCheckInterval = 4096;
-  uint32_t eventCheckCountdown_ = kEventCheckInterval;
-  std::vector<bool> eventReported_;  // per rail: one WARN
-  bool unattributedErrorReported_ = false;
-  // The first failure of an operation on one of several rails names that rail's NIC, once:
-  // comms report their own failures, but not which NIC of the device broke.
-  void noteRailFailure(size_t railIndex, const Operation& op, int error, const char* text);
-  // Operations of one direction: posted count, the provider's limit, and those waiting.
-  struct Lane {
-    explicit Lane(const char* laneName) : name(laneName) {}
-    const char* name;  // "receive" or "transmit"
-    size_t posted = 0;
-    size_t limit = 0;
-    OpQueue waiting;
-    uint64_t fullSinceNs = 0;  // waiting for a slot since then (0: not waiting)
-    bool warned = false;
-  };
-  Lane& laneOf(const Operation& op) {
-    return op.type == OpType::kRecv || op.type == OpType::kControlRecv ? rx_ : tx_;
-  }
-  void retryQueued(Lane& lane);
-  void checkWaiting(Lane& lane);
-  // `ownReceives`: the control and drain receives, which count in the receive lane too.
-  void setLimits(const fi_info* leader, size_t ownReceives);
   void reapClosed();
   void destroyComm(Comm& comm);
-  abi::Result postNow(Operation& op, ssize_t* ret);
-  // Maps a post's return value: success, kInProgress for -FI_EAGAIN, else one WARN.
-  abi::Result postResult(const Operation& op, ssize_t ret) const;
 
   int index_;
   const config::Config& config_;
+  // First: the lock and the engine outlive everything that may still name them while the
+  // device goes (its endpoints close before the comms, in the destructor).
+  std::unique_ptr<DeviceRails> rails_;
+  OperationEngine* engine_;  // rails_'s
+  size_t railCount_;
   std::string provider_;
   bool localOnly_ = false;
   size_t injectLimit_ = 0;
   bool deliversInOrder_ = false;
-  fabric::DomainLock domainLock_;
-  std::vector<std::unique_ptr<fabric::Rail>> rails_;
   std::unique_ptr<protocol::Protocol> protocol_;
-  std::unique_ptr<memory::FabricRegistrar> registrar_;  // the leader's
-  // Rails after the leader register every buffer too, through one rail set (rdma only).
-  std::vector<std::unique_ptr<memory::FabricRegistrar>> railRegistrars_;
-  std::unique_ptr<memory::RailSetRegistrar> railSet_;
   std::unique_ptr<MemoryRegistry> memory_;
   std::unique_ptr<ControlArena> controlArena_;
   RemoteWriteSink* rmaSink_ = nullptr;
@@ -250,11 +230,7 @@ class Device : private protocol::DeviceSetup {
   fi_addr_t selfAddress_ = FI_ADDR_UNSPEC;
   DeviceProperties properties_;
   std::vector<std::string> railNames_;
-  std::vector<bool> railFailureReported_;  // per rail (noteRailFailure)
   std::vector<std::string> gpus_;
-  std::vector<fi_cq_tagged_entry> completions_;
-  Lane rx_{"receive"};  // NOLINT: named lanes
-  Lane tx_{"transmit"};
   std::unique_ptr<ControlChannel> controlChannel_;
   std::unique_ptr<OpPool> groupOps_;
   bool controlStarted_ = false;

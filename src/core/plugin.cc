@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "core/fabric_rails.h"
 #include "core/network_plan.h"
 #include "log/log.h"
 #include "memory/gdr_policy.h"
@@ -96,8 +97,8 @@ abi::Result Plugin::init(abi::Logger logger) {
   }
   for (const DeviceSpec& spec : plan.specs) {
     try {
-      devices_.push_back(
-          std::make_unique<Device>(static_cast<int>(devices_.size()), spec, *config_, protocols_));
+      addDevice(spec,
+                std::make_unique<FabricRails>(static_cast<int>(devices_.size()), spec, *config_));
     } catch (const std::exception& error) {
       NNF_WARN("skipping device %s: %s", spec.properties.name.c_str(), error.what());
     }
@@ -134,6 +135,19 @@ abi::Result Plugin::init(abi::Logger logger) {
   }
   initResult_ = abi::kSuccess;
   return initResult_;
+}
+
+void Plugin::initWith(config::Config config) {
+  std::lock_guard<std::mutex> lock(initMutex_);
+  config_ = std::move(config);
+  initDone_ = true;
+  initResult_ = abi::kSuccess;
+}
+
+Device& Plugin::addDevice(const DeviceSpec& spec, std::unique_ptr<DeviceRails> rails) {
+  devices_.push_back(std::make_unique<Device>(static_cast<int>(devices_.size()), spec,
+                                              std::move(rails), *config_, protocols_));
+  return *devices_.back();
 }
 
 abi::Result Plugin::deviceCount(int* count) {

@@ -11,10 +11,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "nccl_net/types.h"
 #include "config/config.h"
 #include "core/device.h"
 #include "memory/cuda_driver.h"
+#include "nccl_net/types.h"
 
 namespace nnf::core {
 
@@ -27,6 +27,12 @@ struct Request;
 class Plugin {
  public:
   static Plugin& instance() { return *instance_; }
+  // The library's one plugin is instance(), built by the assembly over the protocols it carries
+  // (`protocols` outlives the plugin). A unit test may build its own over in-memory rails: see
+  // initWith().
+  explicit Plugin(const protocol::ProtocolFactory& protocols) : protocols_(protocols) {}
+  Plugin(const Plugin&) = delete;
+  Plugin& operator=(const Plugin&) = delete;
 
   abi::Result init(abi::Logger logger);
   abi::Result deviceCount(int* count);
@@ -63,9 +69,15 @@ class Plugin {
   // so that none runs code that is about to be unmapped. The plugin itself stays (see instance_).
   void stopThreads();
 
+  // Unit tests (tests/support/fake_fabric.h): an initialised plugin with no provider and no
+  // device yet; `config` stands for what init() reads. Its devices come from addDevice().
+  void initWith(config::Config config);
+  // Opens device number deviceTotal() over `rails` with the plugin's protocols and config: what
+  // init() does for each planned device over the rails it opens (core/fabric_rails.h). Throws
+  // what the device's construction throws.
+  Device& addDevice(const DeviceSpec& spec, std::unique_ptr<DeviceRails> rails);
+
  private:
-  // Devices get their protocols from `protocols` (which outlives the plugin).
-  explicit Plugin(const protocol::ProtocolFactory& protocols) : protocols_(protocols) {}
   // Defined by the assembly: created when the library loads, so the data path reads a plain
   // pointer; never destroyed: NCCL's proxy threads may still call in while the process exits.
   static Plugin* const instance_;

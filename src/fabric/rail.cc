@@ -11,8 +11,6 @@
 #include <random>
 #include <stdexcept>
 
-#include "fabric/legacy_mr_bits.h"
-
 namespace nnf::fabric {
 namespace {
 
@@ -147,11 +145,6 @@ bool Rail::readEventError(std::string* text) {
   const char* detail = fi_eq_strerror(eq_.get(), error.prov_errno, error.err_data, nullptr, 0);
   *text = errorText(error.err) + (detail != nullptr ? std::string(" (") + detail + ")" : "");
   return true;
-}
-
-bool Rail::needsLocalRegistration() const {
-  return (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 ||
-         (info_->mode & kLegacyLocalMrMode) != 0;
 }
 
 }  // namespace nnf::fabric

@@ -7,8 +7,8 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
-#include <rdma/fi_eq.h>
 #include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "fabric/fid.h"
+#include "fabric/rail_attributes.h"
 
 namespace nnf::fabric {
 
@@ -27,7 +28,7 @@ struct EndpointSetting {
   int result = 0;
 };
 
-class Rail {
+class Rail final : public RailAttributes {
  public:
   // `info` is copied; `cqSize` sizes the completion queue (0: provider default). `settings`
   // (may be null) are applied before the endpoint is enabled, where providers read them; each
@@ -40,12 +41,11 @@ class Rail {
   Rail(const Rail&) = delete;
   Rail& operator=(const Rail&) = delete;
 
-  const fi_info* info() const { return info_.get(); }
+  const fi_info* info() const override { return info_.get(); }
   fid_domain* domain() const { return domain_.get(); }
   fid_ep* endpoint() const { return ep_.get(); }
 
-  // The endpoint's address as raw bytes (what a peer inserts into its address vector).
-  const std::vector<uint8_t>& address() const { return address_; }
+  const std::vector<uint8_t>& address() const override { return address_; }
 
   // Inserts a peer address; returns 0 and sets *out, or a negative libfabric error.
   int insertAddress(const void* address, size_t length, fi_addr_t* out);
@@ -58,7 +58,6 @@ class Rail {
   ssize_t tinject(const void* buf, size_t len, fi_addr_t dest, uint64_t tag) {
     return fi_tinject(ep_.get(), buf, len, dest, tag);
   }
-  size_t injectSize() const { return info_->tx_attr != nullptr ? info_->tx_attr->inject_size : 0; }
   ssize_t trecv(void* buf, size_t len, void* desc, fi_addr_t src, uint64_t tag, uint64_t ignore,
                 void* context) {
     return fi_trecv(ep_.get(), buf, len, desc, src, tag, ignore, context);
@@ -111,10 +110,6 @@ class Rail {
     msg.data = data;
     return fi_writemsg(ep_.get(), &msg, FI_REMOTE_CQ_DATA | FI_COMPLETION);
   }
-  // Bytes of immediate data the provider carries (EFA 4, shm and tcp 8).
-  size_t cqDataSize() const {
-    return info_->domain_attr != nullptr ? info_->domain_attr->cq_data_size : 0;
-  }
   ssize_t readCompletions(fi_cq_tagged_entry* entries, size_t count) {
     return fi_cq_read(cq_.get(), entries, count);
   }
@@ -124,13 +119,10 @@ class Rail {
   bool readEventError(std::string* text);
   int cancel(void* context) { return static_cast<int>(fi_cancel(&ep_->fid, context)); }
 
-  // Reads a size_t endpoint option: 0 and *out set, or the provider's negative answer.
-  int sizeOption(int level, int name, size_t* out) const {
+  int sizeOption(int level, int name, size_t* out) const override {
     size_t length = sizeof(*out);
     return fi_getopt(&ep_->fid, level, name, out, &length);
   }
-  // Whether the provider needs a descriptor for local buffers (FI_MR_LOCAL).
-  bool needsLocalRegistration() const;
 
  private:
   InfoPtr info_;

@@ -29,8 +29,8 @@ class FabricRegistrar : public Registrar {
   int deregister(Registration& registration) override;
   // The same for callers that already hold domainLock (connection set-up registers its control
   // buffers under the device lock).
-  int registerLocked(const Region& region, Registration* out);
-  int deregisterLocked(Registration& registration);
+  int registerLocked(const Region& region, Registration* out) override;
+  int deregisterLocked(Registration& registration) override;
 
   void bindEndpoint(fid_ep* endpoint) { endpoint_ = endpoint; }
 

@@ -69,6 +69,12 @@ class Registrar {
   virtual ~Registrar() = default;
   virtual int registerRegion(const Region& region, Registration* out) = 0;
   virtual int deregister(Registration& registration) = 0;
+  // The same for callers that already hold the device's domain lock (connection set-up registers
+  // its control buffers under it): registrars that take no lock of their own need not override.
+  virtual int registerLocked(const Region& region, Registration* out) {
+    return registerRegion(region, out);
+  }
+  virtual int deregisterLocked(Registration& registration) { return deregister(registration); }
 };
 
 }  // namespace nnf::memory

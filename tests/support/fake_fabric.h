@@ -1,0 +1,204 @@
+// An in-memory fabric for unit tests: real core::Devices, comms and protocols run over it in one
+// process, with no provider underneath. Each device gets FakeRails (core::DeviceRails): rails
+// described from memory (FakeRail), a registrar that hands out keys and checks every access
+// against them (FakeRegistrar, support/fake_rails.h), and a FakeEngine (core::OperationEngine,
+// support/fake_engine.h). The fabric moves what the engines post:
+//   - an RMA write is a memcpy into the target's registered memory (key, rail, range and access
+//     checked), then the remote completion with its immediate data (cut to the target rail's
+//     cq_data_size) at the target; a read is a memcpy out of the target's memory;
+//   - untagged (control) messages go to the peer's posted untagged receives, tagged ones to its
+//     matching tagged receives (unexpected ones wait, copied, for their receive; a receive too
+//     short fails with FI_ETRUNC); an unmatched receive can be cancelled;
+//   - an inject completes at once, its delivery still to come;
+//   - seeded, every delivery lands a random number of ticks after its post and every local
+//     completion comes a random number of ticks after that (or, for some writes and sends,
+//     before their data lands: copied at the post, as tcp's socket takes them); where the fabric
+//     models an in-order provider (FakeFabricOptions::inOrder: shm, tcp) the deliveries of one
+//     source rail to one target rail keep their posting order, else (SRD) any order goes;
+//     nothing is dropped or duplicated;
+//   - some posts are held back as by a full provider queue (FakeFabricOptions::holdOneIn) and
+//     posted later in order (op.queued meanwhile, as with the real engine).
+// A tick is one progress() call of any engine on the fabric: landings need no progress of the
+// target (as on an RDMA NIC); its completions wait in its queue until it progresses. Every misuse
+// detected (an unknown key, a range outside its registration, a missing descriptor where the
+// rail needs one, an address never inserted) fails the test (ADD_FAILURE).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <queue>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "core/device_rails.h"
+#include "support/fake_engine.h"
+#include "support/fake_rails.h"
+
+namespace nnf::test {
+
+struct FakeFabricOptions {
+  uint64_t seed = 1;
+  bool inOrder = false;          // deliveries keep their order per (source rail, target rail)
+  uint32_t maxDelay = 3;         // ticks a delivery or a completion waits: 0..maxDelay
+  uint32_t longDelayOneIn = 16;  // one in this many waits up to longDelay instead (0: never)
+  uint32_t longDelay = 40;
+  uint32_t earlyCompletionOneIn = 8;  // posted writes and sends completed before they land
+  uint32_t holdOneIn = 0;             // posts held back as by a full queue (0: never)
+};
+
+// What the fabric counts, for tests that must show a path was taken.
+struct FakeStats {
+  uint64_t writes = 0;    // RMA writes landed (posted and injected)
+  uint64_t injects = 0;   // injected writes and sends
+  uint64_t messages = 0;  // tagged and untagged messages delivered
+  uint64_t reads = 0;
+  uint64_t held = 0;       // posts held back
+  uint64_t early = 0;      // local completions before the data landed
+  uint64_t reordered = 0;  // deliveries that overtook an earlier post on the same rails
+  uint64_t cancelled = 0;
+  uint64_t truncated = 0;  // messages longer than their receive
+};
+
+class FakeFabric;
+
+// What core::Device runs over: a device's rails, registrations and engine on the fabric.
+class FakeRails final : public core::DeviceRails {
+ public:
+  FakeRails(FakeFabric& fabric, size_t id, const FakeRailSpec& spec, size_t rails);
+  ~FakeRails() override;
+
+  size_t railCount() const override { return rails_.size(); }
+  const fabric::RailAttributes& rail(size_t index) const override { return *rails_[index]; }
+  int insertAddress(size_t rail, const uint8_t* address, size_t length, fi_addr_t* out) override {
+    return engine_->insertAddress(rail, address, length, out);
+  }
+  core::OperationEngine& engine() override { return *engine_; }
+  memory::Registrar& leaderRegistrar() override { return leader_; }
+  memory::Registrar& dataRegistrar() override { return data_; }
+  core::RailVerdict verdict() const override { return {}; }
+  void close() override {}
+  FakeEngine& fakeEngine() { return *engine_; }
+
+ private:
+  std::vector<std::unique_ptr<FakeRail>> rails_;
+  FakeKeys keys_;
+  FakeRegistrar leader_;
+  FakeRegistrar data_;
+  std::unique_ptr<FakeEngine> engine_;
+};
+
+class FakeFabric {
+ public:
+  explicit FakeFabric(const FakeFabricOptions& options);
+  FakeFabric(const FakeFabric&) = delete;
+  FakeFabric& operator=(const FakeFabric&) = delete;
+
+  // The rails of one more device (its engine's id: the number of devices opened before it).
+  std::unique_ptr<FakeRails> open(const FakeRailSpec& spec, size_t rails);
+  FakeEngine& engine(size_t id) { return *engines_.at(id); }
+  const FakeStats& stats() const { return stats_; }
+  // Called with every write that lands (immediate data as the target reads it, bytes): tests
+  // classify them.
+  void onWrite(std::function<void(uint64_t data, size_t length)> observer) {
+    writeObserver_ = std::move(observer);
+  }
+  // While set, every progress of engine `id` first runs `pump` once (never nested): a test that
+  // blocks in one device (a close) lets the other device's own threads run meanwhile.
+  void setPump(size_t id, std::function<void()> pump) { pumps_.at(id) = std::move(pump); }
+
+  // --- for the engines ---
+
+  enum class Kind : uint8_t { kWrite, kSend, kControlSend, kRead };
+  FakeEngine* engineAt(size_t id) const { return id < engines_.size() ? engines_[id] : nullptr; }
+  uint64_t draw() { return random_(); }
+  // Whether this post waits, held back as by a full queue.
+  bool holdPost();
+  // Moves `op` (posted: op.inFlight; else injected) from `source` to the peer it names.
+  void transmit(FakeEngine& source, const core::Operation& op, Kind kind);
+  // Puts a message that waits at `target` for its receive into `receive`: false when none does.
+  bool deliverWaiting(FakeEngine& target, core::Operation& receive);
+  // One tick: what is due lands or completes, then the engine's pump runs.
+  void tick(FakeEngine& engine);
+  // Operations of `engine` whose local completion is still owed.
+  void forEachOwed(const FakeEngine& engine,
+                   const std::function<void(const core::Operation&)>& visit) const;
+  void noteCancelled() { ++stats_.cancelled; }
+  // The engine is going: what it posted or was sent is dropped, never touched again.
+  void forget(FakeEngine& engine);
+
+ private:
+  struct Transfer {
+    Kind kind = Kind::kWrite;
+    bool injected = false;
+    bool landed = false;
+    bool delivered = false;  // in its receive (a message may wait for one after landing)
+    bool owes = false;       // a local completion is owed to `op` and not queued yet
+    bool scheduled = false;  // that completion has its event
+    bool dead = false;       // its source or target went: dropped, never touched again
+    uint32_t events = 0;     // its events still in the queue
+    uint64_t postOrder = 0;  // when it was posted (or injected), fabric-wide
+    uint8_t sourceRail = 0;
+    uint8_t targetRail = 0;
+    FakeEngine* source = nullptr;
+    FakeEngine* target = nullptr;
+    core::Operation* op = nullptr;  // null once completed, and for injects
+    uint64_t data = 0;              // immediate data, or the tag
+    uint64_t remoteAddress = 0;
+    uint64_t key = 0;
+    size_t length = 0;            // bytes moved (header included)
+    std::vector<uint8_t> staged;  // the bytes, where copied at the post (capacity kept)
+    bool isStaged = false;
+  };
+  struct Event {
+    uint64_t time;
+    uint64_t order;
+    uint32_t transfer;
+    bool land;  // else: the local completion
+    bool operator>(const Event& other) const {
+      return time != other.time ? time > other.time : order > other.order;
+    }
+  };
+  // Per (source, target, source rail, target rail): the latest landing time given (in-order mode
+  // keeps them in posting order) and the latest post that landed.
+  struct Lane {
+    uint64_t lastLanding = 0;
+    uint64_t lastLandedPost = 0;
+  };
+
+  uint32_t delay();
+  uint32_t newTransfer(FakeEngine& source, const core::Operation& op, Kind kind);
+  void stage(Transfer& transfer);
+  void schedule(uint32_t index);
+  void scheduleCompletion(uint32_t index);
+  void land(uint32_t index);
+  void finish(uint32_t index);
+  void release(uint32_t index);
+  void landWrite(Transfer& transfer);
+  void landRead(Transfer& transfer);
+  void landMessage(uint32_t index);
+  void deliver(uint32_t index, core::Operation& receive);
+  // Copies `length` bytes of what `transfer` carries from `offset` on (header first).
+  void copyOut(const Transfer& transfer, size_t offset, uint8_t* to, size_t length) const;
+  static uint64_t laneKey(const Transfer& transfer);
+
+  FakeFabricOptions options_;
+  std::mt19937_64 random_;
+  uint64_t now_ = 0;
+  uint64_t order_ = 0;
+  std::vector<FakeEngine*> engines_;
+  std::vector<Transfer> transfers_;
+  std::vector<uint32_t> free_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  std::unordered_map<uint64_t, Lane> lanes_;
+  // Messages landed before their receive: transfer indices per target engine, in arrival order.
+  std::vector<std::vector<uint32_t>> unexpected_;
+  std::vector<std::function<void()>> pumps_;
+  bool pumping_ = false;
+  std::function<void(uint64_t, size_t)> writeObserver_;
+  FakeStats stats_;
+};
+
+}  // namespace nnf::test

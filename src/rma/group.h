@@ -182,6 +182,8 @@ class Group final : public core::Comm, private InboundLink::Actions, private Sig
 
   // group_windows.cc
   void storeRecord(const WindowMessage& record);
+  // Peers' records of window `index` that came before this rank registered it.
+  void storeEarlyRecords(uint32_t index);
 
   // group_close.cc: closeColl's steps: our operations end, every rank hears how many of our
   // writes reached it, and we wait until as many of its writes have landed here (bounded; dead
@@ -217,7 +219,7 @@ class Group final : public core::Comm, private InboundLink::Actions, private Sig
   void queueSignaled(Request& request, const SignalArgs& signal);
   bool startSignaled(Request& request);  // false: no slot free yet
   SignalEntry& stageEntry(const Request& request, uint32_t slot, bool inlined);
-  core::Operation& aimEntry(Request& request, uint32_t slot, SignalEntry& staged);
+  core::Operation& prepareEntryWrite(Request& request, uint32_t slot, SignalEntry& staged);
   void startWaiting(uint32_t peer);
 
   // group_completion.cc
@@ -232,7 +234,6 @@ class Group final : public core::Comm, private InboundLink::Actions, private Sig
   uint32_t peerOf(core::Operation& op) const;
   void reportOpError(const core::Operation& op, uint32_t peer, int error, const char* text);
   void maintain();
-  uint32_t linkAt(uint32_t peer) const { return peers_[peer].linkBase + rank_; }
 
   // group_target.cc
   bool apply(uint32_t peer, const SignalEntry& entry, const uint8_t* payload) override;
@@ -244,6 +245,8 @@ class Group final : public core::Comm, private InboundLink::Actions, private Sig
   void retryBlocked();
   void targetError(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
+  // The id of `peer`'s link from this rank, which our writes to it name in their immediate data.
+  uint32_t linkAt(uint32_t peer) const { return peers_[peer].linkBase + rank_; }
   uint8_t* inboundEntry(uint32_t peer, uint32_t slot) const {
     return ring_ + (size_t{peer} * kSlots + slot) * kEntryBytes;
   }

@@ -52,7 +52,7 @@ bool Group::startSignaled(Request& request) {
                encode(ImmKind::kSignaled, linkAt(p), request.seq), false);
     hold(request, request.src->mh);
   }
-  core::Operation& op = aimEntry(request, slot, stageEntry(request, slot, inlined));
+  core::Operation& op = prepareEntryWrite(request, slot, stageEntry(request, slot, inlined));
 
   abi::Result result = postShares(request, request.size <= injectLimit_ && host);
   if (result == abi::kSuccess) {
@@ -90,7 +90,7 @@ SignalEntry& Group::stageEntry(const Request& request, uint32_t slot, bool inlin
   return *staged;
 }
 
-core::Operation& Group::aimEntry(Request& request, uint32_t slot, SignalEntry& staged) {
+core::Operation& Group::prepareEntryWrite(Request& request, uint32_t slot, SignalEntry& staged) {
   const Peer& peer = peers_[request.peer];
   OpSlot& entrySlot = request.ops[kShareOps];
   core::Operation& op = entrySlot.op;

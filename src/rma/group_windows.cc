@@ -30,6 +30,17 @@ void Group::storeRecord(const WindowMessage& record) {
   remote.present = true;
 }
 
+void Group::storeEarlyRecords(uint32_t index) {
+  for (auto it = records_.begin(); it != records_.end();) {
+    if (it->index == index) {
+      storeRecord(*it);
+      it = records_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 abi::Result Group::registerWindow(void* data, size_t size, int type, uint64_t dmabufOffset, int fd,
                                   uint64_t flags, Window** out) {
   core::Device& dev = device();
@@ -66,14 +77,7 @@ abi::Result Group::registerWindow(void* data, size_t size, int type, uint64_t dm
     windows_.push_back(std::move(window));
     Window& added = *windows_.back();
     storeRecord(record);  // our own
-    for (auto it = records_.begin(); it != records_.end();) {
-      if (it->index == added.index) {
-        storeRecord(*it);
-        it = records_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    storeEarlyRecords(added.index);
     recordsWanted_ = added.index;
     for (uint32_t p = 0; p < nranks_; ++p) {
       if (p == rank_ || peers_[p].dead) continue;

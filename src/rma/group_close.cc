@@ -2,6 +2,8 @@
 // NCCL_FABRIC_CLOSE_TIMEOUT_MS), every rank hears how many of our writes reached it and we wait
 // until as many of its writes have landed here, then the windows and the ring area go and the
 // device frees the group once the provider holds none of its operations.
+// cancelInFlight is the device's step as it takes the group: what never reached the provider
+// is unqueued, so that only the provider's own completions remain to wait for.
 #include <thread>
 
 #include "core/clock.h"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the test suite with sanitizers and runs it; fails on any sanitizer report.
 #
+# Both with the state machines' checks on (-DNNF_ASSERTS=ON, NNF_ASSERT in src/log/assert.h).
+#
 #   build-asan: -DNNF_SANITIZE=address,undefined; unit, functional and reliability tests
 #               (not the long soak, registered only with -DNNF_SOAK_LONG=ON, nor the network
 #               namespace tests, which need root: ci-reliability covers them).
@@ -54,7 +56,7 @@ configure_build() {
   local build=$1 sanitize=$2
   shift 2
   cmake -S "$root" -B "$build" -G Ninja -DNNF_BUILD_TOOLS=OFF -DNNF_SANITIZE="$sanitize" \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIBFABRIC_ROOT="${LIBFABRIC_ROOT:-}" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNNF_ASSERTS=ON -DLIBFABRIC_ROOT="${LIBFABRIC_ROOT:-}" \
     -DNNF_WERROR="${NNF_WERROR:-OFF}" "${launcher[@]}" >/dev/null
   if [[ $# -gt 0 ]]; then
     cmake --build "$build" -j"$jobs" --target "$@"

@@ -13,8 +13,8 @@
 #
 # Exit status: 0 when every mutant was killed; 1 when one survived; 2 when the table no longer
 # matches the source (an original line not found exactly once), a mutant does not compile, or
-# the unmodified tree already fails its tests. About 5 minutes for the whole table on 2 cores
-# (build-lf2 already built): not in CI.
+# the unmodified tree already fails its tests. About 10 minutes for the whole table on 2 cores
+# (build-lf2 already built; half that once ccache has seen the mutants): not in CI.
 set -euo pipefail
 shopt -u patsub_replacement 2>/dev/null || true  # "&" in a replacement stays "&"
 cd "$(dirname "$0")/.."
@@ -94,15 +94,153 @@ table() {
     close_test 'Close.MessagesForClosedCommsAreDrained' 'NNF_TEST_PROVIDER=shm NNF_DRAIN_MESSAGES=2000'
   # The rdma protocol: truncation known before a byte moves; matching by (tag, sequence);
   # a buffer completes only when every segment has landed.
-  mutant rdma-truncation-unchecked src/protocol/rdma.cc \
+  mutant rdma-truncation-unchecked src/protocol/rdma_striping.cc \
     'if (total > buffer.size) {' 'if (false) {' \
     errors_test 'Sizes/TruncatingReceive.*' NNF_TEST_PROVIDER=tcp+rdma
   mutant rdma-match-tag-only src/protocol/rdma_matching.h \
-    'if (table[i].tag == tag && table[i].seq == seq) {' 'if (table[i].tag == tag) {' \
+    'if (descriptors_[i].tag == tag && descriptors_[i].seq == seq) {' \
+    'if (descriptors_[i].tag == tag) {' \
     rdma_matching_test '*' -
-  mutant rdma-first-segment-completes src/protocol/rdma_matching.h \
-    'if (++buffer.seen < segments) return SegmentOutcome::kPending;' '++buffer.seen;' \
+  mutant rdma-first-segment-completes src/protocol/rdma_slot_progress.h \
+    'if (++buffer.seen < segments) {' '++buffer.seen; if (false) {' \
     rdma_matching_test '*' -
+
+  # The rdma protocol's state machines (docs/architecture.md): each mutant breaks one
+  # transition. The unit tests drive the machines themselves (rdma_states_test, and the older
+  # rdma_matching_test and rdma_eager_test); the functional tests run them in the plugin.
+  # A receive slot freed while the sender still owes voids for it: its ring entry may be
+  # overwritten before the sender read the descriptors that the voids answer.
+  mutant state-slot-freed-before-its-voids src/protocol/rdma_slot_lifecycle.h \
+    'bool voidsOwed = buffers.voidsOwed();' 'bool voidsOwed = false;' \
+    rdma_states_test '*' -
+  # The same, at a void: a slot freed at its first void while a second is still owed.
+  mutant state-slot-freed-at-its-first-void src/protocol/rdma_slot_lifecycle.h \
+    '|| buffers.voidsOwed()) return false;' ') return false;' \
+    rdma_states_test '*' -
+  # A buffer whose message ended takes segments again: counted twice.
+  mutant state-buffer-counted-twice src/protocol/rdma_slot_progress.h \
+    '!acceptsSegments(buffers_[index].state)' 'false' \
+    rdma_matching_test,rdma_states_test '*' -
+  # A buffer an eager message filled owes no void for its descriptor.
+  mutant state-buffer-eager-owes-no-void src/protocol/rdma_slot_progress.h \
+    'described && now == BufferState::kExpecting ? BufferState::kAwaitingVoid' \
+    'false ? BufferState::kAwaitingVoid' \
+    rdma_eager_test,rdma_states_test '*' -
+  # The void a buffer awaits is not counted: its slot is never freed.
+  mutant state-buffer-void-not-counted src/protocol/rdma_slot_progress.h \
+    'if (buffer.state == BufferState::kAwaitingVoid) {' 'if (false) {' \
+    rdma_eager_test,rdma_states_test '*' -
+  # The sender's close answer goes with writes of its own still in flight: the receiver's close
+  # stops waiting for writes that are still on their way (the machine, then the plugin).
+  mutant state-close-answered-with-a-write-in-flight src/protocol/rdma_send_close_state.h \
+    'if (answer_ != CloseAnswer::kOwed || !idle) return false;' \
+    'if (answer_ != CloseAnswer::kOwed) return false;' \
+    rdma_states_test '*' -
+  mutant state-close-answered-with-a-write-in-flight-plugin src/protocol/rdma_send_close.cc \
+    'bool idle = comm_.callerOpsInFlight() == 0 && !answerPending() && writesPending == 0;' \
+    'bool idle = true;' \
+    close_test 'Close.TheSendersCloseAnswerCountsTheWritesItClosedWith' \
+    NNF_TEST_PROVIDER=efa+rdma+2rails
+  # The receiver's close stops waiting at the sender's answer, before its counted writes landed.
+  mutant state-recv-close-ends-at-the-answer src/protocol/rdma_recv_close_state.h \
+    'toWait(allLanded() ? RecvCloseWait::kDone : RecvCloseWait::kAwaitingWrites);
+  }' \
+    'toWait(RecvCloseWait::kDone);
+  }' \
+    rdma_states_test '*' -
+  mutant state-recv-close-ends-at-the-answer-plugin src/protocol/rdma_recv_close_state.h \
+    'toWait(allLanded() ? RecvCloseWait::kDone : RecvCloseWait::kAwaitingWrites);
+  }' \
+    'toWait(RecvCloseWait::kDone);
+  }' \
+    close_test 'Close.ARecvCloseWaitsForWritesStillOnTheirWayOnAnotherRail' \
+    NNF_TEST_PROVIDER=efa+rdma+2rails
+  # The close notice goes while descriptor writes of ours may still land in the sender's ring.
+  mutant state-notice-before-the-last-descriptor-write src/protocol/rdma_recv_close_state.h \
+    'toNotice(writesInFlight ? CloseNotice::kOwed : CloseNotice::kSent);
+    return !writesInFlight;' \
+    'toNotice(CloseNotice::kSent);
+    return true;' \
+    rdma_states_test '*' -
+  # The descriptor ring goes back to the arena while the receiver may still write into it.
+  mutant state-ring-reused-before-the-receiver-closed src/protocol/rdma_send_close_state.h \
+    'if (holding) return true;' 'if (false) return true;' \
+    rdma_states_test '*' -
+  # Eager mode left on after the run ends: the sender keeps sending small messages eagerly
+  # after a group that did not say kEagerAhead (each then crosses its descriptor); the receiver
+  # keeps leaving small receives undescribed after a group described without it.
+  mutant state-send-eager-mode-left-on-after-the-run src/protocol/rdma_send_eager_mode.h \
+    'if (sending) to(ahead ? SendEagerMode::kAhead : SendEagerMode::kDescribed);' \
+    'if (sending && ahead) to(SendEagerMode::kAhead);' \
+    rdma_states_test '*' -
+  mutant state-recv-eager-mode-left-on-after-the-run src/protocol/rdma_recv_eager_mode.h \
+    'to(ahead ? RecvEagerMode::kAhead : RecvEagerMode::kDescribing);' \
+    'if (ahead) to(RecvEagerMode::kAhead);' \
+    rdma_states_test '*' -
+  # A quiet receiver's time is not ended by its next descriptor group.
+  mutant state-send-eager-quiet-never-ends src/protocol/rdma_send_eager_mode.h \
+    '|| mode_ == SendEagerMode::kQuiet)' ')' \
+    rdma_states_test '*' -
+  # The bounce area is granted before the comm's first message landed.
+  mutant state-recv-grant-before-the-first-message src/protocol/rdma_recv_eager_mode.h \
+    'bool grantDue() const { return mode_ == RecvEagerMode::kLanded; }' \
+    'bool grantDue() const { return mode_ <= RecvEagerMode::kLanded; }' \
+    rdma_states_test '*' -
+
+  # The eager path (issue 25): the sender never has more eager messages out than the entries the
+  # receiver freed (a credit ahead overwrites an entry whose message no receive took yet), and
+  # an entry is the sender's again only once the NIC has copied its message into GPU memory.
+  mutant eager-credits-one-ahead src/protocol/rdma_eager_receiver.cc \
+    'write.tag = encodeCredits(comm_.remoteId(), static_cast<uint32_t>(freed & 0xff));' \
+    'write.tag = encodeCredits(comm_.remoteId(), static_cast<uint32_t>((freed + 1) & 0xff));' \
+    eager_test 'Eager.TheSenderNeverGoesBeyondTheEntriesTheReceiverFreed' NNF_TEST_PROVIDER=tcp+rdma
+  mutant eager-entry-freed-when-its-read-is-posted src/protocol/rdma_eager_receiver.cc \
+    '    inbox_.copying(entry);' '    freeEntry(entry);' \
+    efa_plugin_test 'EfaPlugin.ABounceEntryIsNotReusedWhileTheNicStillCopiesOutOfIt' -
+  mutant eager-entry-being-read-counts-as-freed src/protocol/rdma_eager_inbox.h \
+    'entries_[entry].state = State::kCopying;' 'entries_[entry].state = State::kFreed;' \
+    rdma_eager_test 'RdmaEagerInbox.*' -
+
+  # Per-tag sequence numbers across their 16-bit wrap (NCCL_FABRIC_SEQUENCE_START near it): a
+  # descriptor or an eager message is behind its tag's next number only modulo 2^16.
+  mutant wrap-descriptor-behind-unwrapped src/protocol/rdma_sender.cc \
+    '} else if (link == nullptr && behind(buffer.seq, comm_.sequences().peek(buffer.tag))) {' \
+    '} else if (link == nullptr && buffer.seq < comm_.sequences().peek(buffer.tag)) {' \
+    wrap_test 'Wrap.*' NNF_TEST_PROVIDER=tcp+rdma
+  mutant wrap-eager-behind-unwrapped src/protocol/rdma_eager_receiver.cc \
+    'if (!behind(header.seq, comm_.sequences().peek(header.tag))) return;' \
+    'if (header.seq >= comm_.sequences().peek(header.tag)) return;' \
+    wrap_test 'Wrap.*' NNF_TEST_PROVIDER=tcp+rdma
+
+  # The control channel: every receive of its ring is posted again, whatever landed in it.
+  mutant control-failed-receive-not-reposted src/core/control_channel.cc \
+    'if (error == FI_ECANCELED) return;  // the device is closing' 'if (true) return;' \
+    control_channel_test '*' NNF_TEST_PROVIDER=tcp
+  mutant control-malformed-message-not-reposted src/core/control_channel.cc \
+    'NNF_WARN("device %d: dropped a control message: %s", device_.index(), reason.c_str());' \
+    'NNF_WARN("device %d: dropped a control message: %s", device_.index(), reason.c_str()); return;' \
+    control_channel_test '*' NNF_TEST_PROVIDER=shm
+
+  # Striping: shares rounded up to 4 KiB from the halves rounded up (8 MiB + 1 rounded down
+  # leaves a third share for a rail that does not exist).
+  mutant stripe-share-rounded-down src/protocol/rdma_striping.cc \
+    'uint64_t share = (total + ways - 1) / ways;' 'uint64_t share = total / ways;' \
+    multirail_test 'Multirail.*Striped*:Multirail.Shares*' NNF_TEST_PROVIDER=efa+rdma+2rails
+
+  # The close answer's write counts per rail: too low and a receiver's close returns before the
+  # last writes landed (held back by the EFA-rules provider); too high and it waits for writes
+  # that never come.
+  mutant close-inline-writes-uncounted src/protocol/rdma_striping.cc \
+    '      close_.countWrite(rail);' '      (void)rail;' \
+    close_test 'Close/CloseCounts.*' NNF_TEST_PROVIDER=efa+rdma
+  mutant close-leader-writes-uncounted src/protocol/rdma_sender.cc \
+    'if (op.rail < kMaxRails) close_.countWrite(op.rail);' \
+    'if (op.rail > 0 && op.rail < kMaxRails) close_.countWrite(op.rail);' \
+    close_test 'Close/CloseCounts.*' NNF_TEST_PROVIDER=efa+rdma
+  mutant close-limit-write-counted-twice src/protocol/rdma_eager_sender.cc \
+    'if (!write.inFlight && !write.queued) close_.countWrite(0);  // inline: done already' \
+    'close_.countWrite(0);' \
+    close_test 'Close/CloseCounts.*' NNF_TEST_PROVIDER=efa+rdma
 }
 
 # ---------------------------------------------------------------------------------------------

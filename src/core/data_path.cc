@@ -154,8 +154,10 @@ abi::Result Plugin::irecv(void* recvComm, int count, void* const* data, const si
   if (result != abi::kSuccess) {
     comm->abandon(*request);
     if (result == abi::kInProgress) {
-      *out = nullptr;  // the protocol cannot take it yet: NCCL retries
-      return abi::kSuccess;
+      // The protocol cannot take it yet (NCCL retries): what frees its room (a void, a write's
+      // completion) needs progress, and a caller whose other requests ended calls nothing else.
+      *out = nullptr;
+      return device.progress();
     }
     return result;
   }

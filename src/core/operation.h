@@ -50,6 +50,25 @@ inline const char* opTypeName(OpType type) {
   return "operation";
 }
 
+// What a protocol keeps with a request's operation beside what the provider is given, one kind
+// at a time (Operation's payload union; core never reads them).
+// A send whose descriptor has not come yet (the rdma protocol): the message's size, and its
+// registration while it waits (NCCL may deregister the buffer meanwhile; null: none).
+struct PendingSend {
+  uint64_t bytes;
+  MemoryHandle* handle;
+};
+// A posted write of one segment of a message (the rdma protocol): bytes of its share, the part
+// of the message its rail carries, after this segment.
+struct WriteSegment {
+  uint64_t shareLeft;
+};
+// A read copying an eager message from a bounce entry into GPU memory (the rdma protocol).
+struct EagerCopy {
+  uint32_t entry;
+  bool copying;  // posted and not ended yet
+};
+
 struct Operation {
   fi_context2 context;  // provider scratch space (FI_CONTEXT / FI_CONTEXT2 modes)
   OperationOwner* owner = nullptr;
@@ -67,13 +86,17 @@ struct Operation {
   size_t length = 0;
   void* desc = nullptr;
   fi_addr_t peer = FI_ADDR_UNSPEC;
-  uint64_t tag = 0;            // kWrite: the immediate data
-  // kRecv: tag bits that need not match (drain receives). The rdma protocol reuses it: a send
-  // waiting for its descriptor, the message's size; a posted segment, the bytes of its share
-  // after it; an eager copy's read, the bounce entry + 1 (issue 25 gives each kind its own field).
-  uint64_t ignore = 0;
-  // kRead, kWrite: address and key at the peer. An rdma send waiting for its descriptor keeps its
-  // MemoryHandle* here instead.
+  uint64_t tag = 0;  // kWrite: the immediate data
+  // One member a kind of operation; which one is live follows from what the operation is (its
+  // type, and who posted it). 8 bytes more than `ignore` alone (208 bytes an operation, not 200).
+  union {
+    // kRecv: tag bits that need not match (the device's drain receives; 0 elsewhere).
+    uint64_t ignore = 0;
+    PendingSend pendingSend;  // an rdma send not yet matched with its descriptor
+    WriteSegment segment;     // an rdma write of a message's segment
+    EagerCopy eagerCopy;      // an rdma read of an eager message into GPU memory
+  };
+  // kRead, kWrite: address and key at the peer.
   uint64_t remoteAddress = 0;
   uint64_t remoteKey = 0;
   size_t transferred = 0;  // bytes moved, once completed (what test() reports)
@@ -89,6 +112,7 @@ struct Operation {
   static Operation* fromContext(void* context) { return static_cast<Operation*>(context); }
 };
 static_assert(std::is_standard_layout_v<Operation>);
+static_assert(sizeof(Operation) <= 208, "the payload union grew an operation by more than 8 bytes");
 static_assert(offsetof(Operation, context) == 0);
 
 // The record an operation is the first member of (the device's own receives keep their buffer

@@ -1,5 +1,7 @@
 #include "log/log.h"
 
+#include "log/assert.h"
+
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
@@ -62,6 +64,23 @@ void write(abi::LogLevel level, unsigned long subsys, const char* file, int line
   if (level > stderrLevel()) return;
   const char* tag = level == abi::kLogWarn ? "WARN" : (level == abi::kLogTrace ? "TRACE" : "INFO");
   fprintf(stderr, "%s %s\n", tag, text);
+}
+
+void assertFailed(const char* file, int line, const char* condition, const char* fmt, ...) {
+  char text[768];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(text, sizeof(text), fmt, args);
+  va_end(args);
+  // NCCL's log when it gave us one, and stderr in any case (whatever NCCL_DEBUG says): the
+  // process ends here.
+  if (g_logger.load(std::memory_order_acquire) != nullptr) {
+    write(abi::kLogWarn, abi::kLogSubsysNet, file, line,
+          "NET/Fabric : assertion failed at %s:%d: %s (%s)", file, line, text, condition);
+  }
+  fprintf(stderr, "WARN NET/Fabric : assertion failed at %s:%d: %s (%s)\n", file, line, text,
+          condition);
+  abort();
 }
 
 }  // namespace nnf::log

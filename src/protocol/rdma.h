@@ -5,6 +5,9 @@
 // not ask for (no unexpected messages, no provider buffering), and a message larger than its
 // buffer is refused by the sender before a byte moves: the send fails and the receiver hears of
 // it through a write of no bytes. Wire formats: protocol/rdma_wire.h.
+//
+// Rdma is the protocol's face to core: it finds the comm's side (rdma::Sender, rdma_sender.h,
+// or rdma::Receiver, rdma_receiver.h: the comm's protocol state) and hands each hook to it.
 #pragma once
 
 #include "core/protocol.h"

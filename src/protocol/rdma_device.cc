@@ -62,7 +62,7 @@ void RdmaDevice::setUpEager() {
   if (rules.writesWaitForTarget) {
     // Only inline writes complete while the receiver does not progress (busy elsewhere): the
     // very case eager messages are for. In order, the header may go inline ahead of the message
-    // (protocol/rdma_eager.cc), which then takes the whole inject size (4 KiB on shm).
+    // (protocol/rdma_eager_sender.cc), which then takes the whole inject size (4 KiB on shm).
     size_t header = sizeof(rdma::EagerHeader);
     size_t injectLimit = device_.injectLimit();
     size_t inlineMax = device_.deliversInOrder() ? injectLimit

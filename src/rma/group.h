@@ -7,9 +7,15 @@
 // every other group), and is freed by the device once the provider holds none of its operations
 // (core::Device::closeComm), so that closing with operations in flight touches nothing later.
 //
-// Wire and ordering: docs/rma.md. Set-up in group_setup.cc, the source's operations in
-// group_ops.cc, the target's side (landed writes, signals, credits) in group_target.cc.
+// Wire and ordering: docs/rma.md. Its member functions, a file per concern: set-up
+// (group_setup.cc), the collective exchange (group_exchange.cc), peer liveness
+// (group_liveness.cc), symmetric windows (group_windows.cc), close (group_close.cc); the source's
+// calls and their argument checks (group_transfers.cc), their cut over the rails
+// (group_shares.cc), signaled puts' entries (group_signal.cc), completions and test/progress
+// (group_completion.cc); the target's side, landed writes, signals, credits (group_target.cc).
 #pragma once
+
+#include <rdma/fabric.h>
 
 #include <atomic>
 #include <cstddef>
@@ -18,11 +24,11 @@
 #include <string>
 #include <vector>
 
-#include "nccl_net/types.h"
 #include "core/comm.h"
 #include "core/control_arena.h"
 #include "core/memory_handle.h"
 #include "core/operation.h"
+#include "nccl_net/types.h"
 #include "rma/context.h"
 #include "rma/handles.h"
 #include "rma/links.h"
@@ -77,9 +83,8 @@ class Group final : public core::Comm, private InboundLink::Actions, private Sig
   // --- data path: device lock not held ---
 
   // iput (signal null) and iputSignal. Arguments are validated here, each failure one WARN.
-  abi::Result put(Context& ctx, int stream, Window* src, uint64_t srcOff, size_t size,
-                  Window* dst, uint64_t dstOff, uint32_t rank, const SignalArgs* signal,
-                  Request** out);
+  abi::Result put(Context& ctx, int stream, Window* src, uint64_t srcOff, size_t size, Window* dst,
+                  uint64_t dstOff, uint32_t rank, const SignalArgs* signal, Request** out);
   abi::Result get(Context& ctx, int stream, Window* remote, uint64_t remoteOff, size_t size,
                   Window* local, uint64_t localOff, uint32_t rank, Request** out);
   // *out null: nothing to flush (host memory).
@@ -155,45 +160,80 @@ class Group final : public core::Comm, private InboundLink::Actions, private Sig
     uint32_t creditValue = 0;
   };
 
+  // What peers and the NIC may do with our registrations (windows, the ring area).
+  static constexpr uint64_t kRmaAccess = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+
   // group_setup.cc
   bool allocateRing();
-  // What a collective set-up waits for from every rank: its join, or its record of the window
-  // being registered.
+  bool fillJoin(JoinMessage* join);  // false: a rail's address does not fit (logged)
+
+  // group_exchange.cc: what a collective set-up waits for from every rank: its join, or its
+  // record of the window being registered.
   enum class Phase { kJoins, kWindow };
   bool exchange(const char* what, Phase phase);
   uint32_t firstMissing(Phase phase) const;  // nranks_: none
   abi::Result sendMessage(uint32_t peer, uint32_t remoteId, const void* payload, size_t length);
+  void noteError() { lastError_.store(true, std::memory_order_relaxed); }
+
+  // group_liveness.cc
   void checkPeers(uint64_t now, bool waitingForSetUp);
   void markDead(uint32_t peer, const char* why);
-  void noteError() { lastError_.store(true, std::memory_order_relaxed); }
+  void failWaiting(uint32_t peer);
+
+  // group_windows.cc
   void storeRecord(const WindowMessage& record);
-  // closeColl's steps: our operations end, every rank hears how many of our writes reached it,
-  // and we wait until as many of its writes have landed here (bounded; dead ranks excepted).
+  // Peers' records of window `index` that came before this rank registered it.
+  void storeEarlyRecords(uint32_t index);
+
+  // group_close.cc: closeColl's steps: our operations end, every rank hears how many of our
+  // writes reached it, and we wait until as many of its writes have landed here (bounded; dead
+  // ranks excepted).
   abi::Result quiesce(uint64_t boundNs);
+  void sendCloseNotices();
+  uint32_t firstUnclosed() const;  // nranks_: every rank closed, or need not
   void awaitPeersWrites(uint64_t boundNs);
   // Of a request's operations still with the provider: the data's and the signal entries'.
   int requestOpsOut() const { return callerOps_ + entryOps_; }
 
-  // group_ops.cc
+  // group_transfers.cc: the calls' argument checks, each failure one WARN.
   abi::Result checkWindow(const Window* window, const char* entry, const char* what) const;
+  abi::Result checkPut(const Context& ctx, int stream, const Window* src, uint64_t srcOff,
+                       size_t size, const Window* dst, uint64_t dstOff, uint32_t rank,
+                       const char* entry) const;
+  abi::Result checkSignal(const SignalArgs& signal, size_t size, uint32_t rank) const;
+  abi::Result checkGet(const Context& ctx, int stream, const Window* remoteWindow,
+                       uint64_t remoteOff, size_t size, const Window* local, uint64_t localOff,
+                       uint32_t rank) const;
+  abi::Result postFlushRead(Request& request, Window& window);
+
+  // group_shares.cc: a request's data cut over the rails and posted.
   abi::Result postOp(core::Operation& op);
+  uint64_t segmentCount(uint64_t length) const;  // writes of at most segmentMax_
   void planShares(Request& request, uint8_t* localBase, uint64_t remoteAddress, size_t size,
-                  const uint64_t* keys, core::MemoryHandle* localMh, uint64_t immediate,
-                  bool read);
+                  const uint64_t* keys, core::MemoryHandle* localMh, uint64_t immediate, bool read);
   abi::Result postShares(Request& request, bool inject);
-  bool startSignaled(Request& request);
+  void hold(Request& request, core::MemoryHandle* mh);
+  void releaseHeld(Request& request);
+
+  // group_signal.cc: a signaled put starts once the target's ring has a slot for its entry.
+  void queueSignaled(Request& request, const SignalArgs& signal);
+  bool startSignaled(Request& request);  // false: no slot free yet
+  SignalEntry& stageEntry(const Request& request, uint32_t slot, bool inlined);
+  core::Operation& prepareEntryWrite(Request& request, uint32_t slot, SignalEntry& staged);
   void startWaiting(uint32_t peer);
+
+  // group_completion.cc
   void finishOp(OpSlot& slot, bool ok, abi::Result error);
+  void postNextSegment(Request& request, OpSlot& slot);
   void settle(Request& request);
   void finished(Request& request);
   void fail(Request& request, abi::Result error);
   // A request NCCL never gets (its call returned an error): it goes back to the pool once the
   // provider has returned its operations.
   void abandon(Request& request, abi::Result error);
+  uint32_t peerOf(core::Operation& op) const;
+  void reportOpError(const core::Operation& op, uint32_t peer, int error, const char* text);
   void maintain();
-  void hold(Request& request, core::MemoryHandle* mh);
-  void releaseHeld(Request& request);
-  uint32_t linkAt(uint32_t peer) const { return peers_[peer].linkBase + rank_; }
 
   // group_target.cc
   bool apply(uint32_t peer, const SignalEntry& entry, const uint8_t* payload) override;
@@ -205,6 +245,8 @@ class Group final : public core::Comm, private InboundLink::Actions, private Sig
   void retryBlocked();
   void targetError(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
+  // The id of `peer`'s link from this rank, which our writes to it name in their immediate data.
+  uint32_t linkAt(uint32_t peer) const { return peers_[peer].linkBase + rank_; }
   uint8_t* inboundEntry(uint32_t peer, uint32_t slot) const {
     return ring_ + (size_t{peer} * kSlots + slot) * kEntryBytes;
   }
@@ -243,9 +285,9 @@ class Group final : public core::Comm, private InboundLink::Actions, private Sig
   std::unique_ptr<WordOp[]> wordOps_;
   std::vector<uint32_t> blockedPeers_;  // inbound links with applies refused
   std::vector<uint32_t> retrying_;
-  int opsOut_ = 0;     // operations with the provider or queued for it
-  int callerOps_ = 0;  // of them, those on NCCL's memory
-  int entryOps_ = 0;   // and the signal entries' writes
+  int opsOut_ = 0;           // operations with the provider or queued for it
+  int callerOps_ = 0;        // of them, those on NCCL's memory
+  int entryOps_ = 0;         // and the signal entries' writes
   uint64_t segmentMax_ = 0;  // the largest write or read the provider does whole, every rail
   size_t injectLimit_ = 0;
   size_t stripeMin_ = 0;

@@ -1,18 +1,10 @@
-// A group's life: connect (every rank joins every rank), symmetric windows, contexts, close.
-// The collective calls block: they post their messages, then progress the device (lock taken
-// per pass, so that NCCL's net proxy threads on the same device are not held up) until every
-// rank has answered, a rank on this host is found dead, or NCCL_FABRIC_RMA_SETUP_TIMEOUT_MS.
-#include <rdma/fi_errno.h>
-#include <signal.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdlib>
+// A group's set-up: the group itself, its ring area, connect (every rank joins every rank) and
+// its contexts. connect blocks in the collective exchange (group_exchange.cc) until every rank
+// has joined; the windows' registration is group_windows.cc, closing group_close.cc.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
-#include <thread>
 
-#include "core/clock.h"
 #include "core/device.h"
 #include "core/wire.h"
 #include "log/log.h"
@@ -25,8 +17,6 @@ namespace {
 
 // GPU signal words a group updates at once (rma/signal_words.h).
 constexpr uint32_t kWordCapacity = 1024;
-constexpr uint64_t kSetUpCheckNs = 100 * 1000000ull;  // dead-rank checks while setting up
-constexpr uint64_t kRmaAccess = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 
 using Lock = std::lock_guard<fabric::DomainLock>;
 
@@ -50,7 +40,8 @@ Group::Group(core::Device& device, uint32_t id, Engine& engine, uint32_t rank, u
   segmentMax_ = uint64_t{1} << 30;
   for (size_t r = 0; r < rails_; ++r) {
     const fi_ep_attr* ep = device.rail(r).info()->ep_attr;
-    if (ep != nullptr && ep->max_msg_size > 0) segmentMax_ = std::min<uint64_t>(segmentMax_, ep->max_msg_size);
+    if (ep != nullptr && ep->max_msg_size > 0)
+      segmentMax_ = std::min<uint64_t>(segmentMax_, ep->max_msg_size);
   }
   blockedPeers_.reserve(nranks);
   retrying_.reserve(nranks);
@@ -83,14 +74,14 @@ bool Group::allocateRing() {
   ringBytes_ = (flushOffset_ + sizeof(uint64_t) + 4095) & ~size_t{4095};
   ring_ = static_cast<uint8_t*>(std::aligned_alloc(4096, ringBytes_));
   if (ring_ == nullptr) {
-    NNF_WARN("RMA connect: no memory for the %zu-byte ring area of a group of %u ranks",
-             ringBytes_, nranks_);
+    NNF_WARN("RMA connect: no memory for the %zu-byte ring area of a group of %u ranks", ringBytes_,
+             nranks_);
     return false;
   }
   memset(ring_, 0, ringBytes_);
   // Peers write entries and credits into it, the NIC reads and writes its host words.
-  if (device().memory().registerHost(ring_, ringBytes_, FI_SEND | FI_RECV | kRmaAccess,
-                                     &ringMh_) != abi::kSuccess) {
+  if (device().memory().registerHost(ring_, ringBytes_, FI_SEND | FI_RECV | kRmaAccess, &ringMh_) !=
+      abi::kSuccess) {
     NNF_WARN("RMA connect: cannot register the %zu-byte ring area", ringBytes_);
     ringMh_ = nullptr;
     return false;
@@ -130,29 +121,7 @@ abi::Result Group::connect(Listener& listener, const std::vector<ListenHandle>& 
     listener_ = &listener;
     listener.attach(this);
     JoinMessage join{};
-    join.magic = JoinMessage::kMagic;
-    join.version = kVersion;
-    join.kind = static_cast<uint32_t>(MessageKind::kJoin);
-    join.rank = rank_;
-    join.nranks = nranks_;
-    join.groupId = id();
-    join.session = session_;
-    join.linkBase = linkBase_;
-    join.pid = core::wire::localPid();
-    join.hostId = core::wire::localHostId();
-    join.ringAddress = ringMh_->remoteAddress(ring_);
-    join.ringKey = ringMh_->key();
-    join.rails = static_cast<uint16_t>(rails_);
-    for (size_t r = 1; r < rails_; ++r) {
-      const std::vector<uint8_t>& address = dev.rail(r).address();
-      if (address.size() > kMaxRailAddress) {
-        NNF_WARN("RMA connect: rail %zu's address of %zu bytes exceeds %zu", r, address.size(),
-                 kMaxRailAddress);
-        return abi::kSystemError;
-      }
-      join.railAddressLength = static_cast<uint16_t>(address.size());
-      memcpy(join.railAddresses[r - 1], address.data(), address.size());
-    }
+    if (!fillJoin(&join)) return abi::kSystemError;
     // Every rank, this one too: the message to ourselves is also the handshake with our own
     // endpoint that EFA needs before a write to it (self puts, GPU signal words, flushes).
     for (uint32_t p = 0; p < nranks_; ++p) {
@@ -165,6 +134,35 @@ abi::Result Group::connect(Listener& listener, const std::vector<ListenHandle>& 
   if (!exchange("connect", Phase::kJoins)) return abi::kRemoteError;
   connected_ = true;
   return abi::kSuccess;
+}
+
+bool Group::fillJoin(JoinMessage* join) {
+  core::Device& dev = device();
+  join->magic = JoinMessage::kMagic;
+  join->version = kVersion;
+  join->kind = static_cast<uint32_t>(MessageKind::kJoin);
+  join->rank = rank_;
+  join->nranks = nranks_;
+  join->groupId = id();
+  join->session = session_;
+  join->linkBase = linkBase_;
+  join->pid = core::wire::localPid();
+  join->hostId = core::wire::localHostId();
+  join->ringAddress = ringMh_->remoteAddress(ring_);
+  join->ringKey = ringMh_->key();
+  join->rails = static_cast<uint16_t>(rails_);
+  // Rail 0's address is the one in our listen handle; the others travel here.
+  for (size_t r = 1; r < rails_; ++r) {
+    const std::vector<uint8_t>& address = dev.rail(r).address();
+    if (address.size() > kMaxRailAddress) {
+      NNF_WARN("RMA connect: rail %zu's address of %zu bytes exceeds %zu", r, address.size(),
+               kMaxRailAddress);
+      return false;
+    }
+    join->railAddressLength = static_cast<uint16_t>(address.size());
+    memcpy(join->railAddresses[r - 1], address.data(), address.size());
+  }
+  return true;
 }
 
 void Group::onJoin(const JoinMessage& join) {
@@ -186,8 +184,8 @@ void Group::onJoin(const JoinMessage& join) {
   // Rail r talks to the peer's rail r (a key is good on its own NIC only).
   size_t rails = join.rank == rank_ ? 1 : std::min<size_t>(rails_, join.rails);
   for (size_t r = 1; r < rails; ++r) {
-    if (device().peerAddress(join.railAddresses[r - 1], join.railAddressLength, &peer.addr[r],
-                             r) != 0) {
+    if (device().peerAddress(join.railAddresses[r - 1], join.railAddressLength, &peer.addr[r], r) !=
+        0) {
       NNF_WARN("RMA connect: rank %u's rail %zu address is refused; its data takes %zu rail(s)",
                join.rank, r, r);
       rails = r;
@@ -196,252 +194,6 @@ void Group::onJoin(const JoinMessage& join) {
   }
   peer.rails = rails;
   peer.joined = true;
-}
-
-uint32_t Group::firstMissing(Phase phase) const {
-  for (uint32_t p = 0; p < nranks_; ++p) {
-    const Peer& peer = peers_[p];
-    if (peer.dead) continue;
-    if (phase == Phase::kJoins ? !peer.joined : !windows_[recordsWanted_]->remote[p].present)
-      return p;
-  }
-  return nranks_;
-}
-
-abi::Result Group::sendMessage(uint32_t peer, uint32_t remoteId, const void* payload,
-                               size_t length) {
-  Peer& p = peers_[peer];
-  p.messageFailed = false;
-  abi::Result result =
-      device().controlChannel().send(p.message.op, p.slot.data, p.slot.desc, p.addr[0], remoteId,
-                                     core::wire::ControlKind::kRma, payload, length);
-  if (result != abi::kSuccess) {
-    NNF_WARN("RMA: cannot send a set-up message to rank %u", peer);
-    return result;
-  }
-  ++opsOut_;
-  return abi::kSuccess;
-}
-
-bool Group::exchange(const char* what, Phase phase) {
-  core::Device& dev = device();
-  int64_t timeoutMs = dev.config().integer(config::Param::kRmaSetupTimeoutMs);
-  uint64_t start = core::nowNs();
-  uint64_t deadline = timeoutMs > 0 ? start + static_cast<uint64_t>(timeoutMs) * 1000000 : 0;
-  for (uint64_t spins = 0;; ++spins) {
-    uint64_t now = core::nowNs();
-    {
-      Lock lock(dev.domainLock());
-      if (dev.progress() != abi::kSuccess) return false;  // logged
-      bool sent = true;
-      for (uint32_t p = 0; p < nranks_; ++p) {
-        const Peer& peer = peers_[p];
-        if (peer.messageFailed) {
-          NNF_WARN("RMA %s: the set-up message to rank %u failed", what, p);
-          noteError();
-          return false;
-        }
-        if (peer.message.op.inFlight || peer.message.op.queued) sent = false;
-      }
-      if (sent && firstMissing(phase) == nranks_) {
-        for (uint32_t p = 0; p < nranks_; ++p) {
-          if (peers_[p].dead) {
-            NNF_WARN("RMA %s: rank %u is gone", what, p);
-            return false;
-          }
-        }
-        return true;
-      }
-      if (now - lastCheckNs_ > kSetUpCheckNs) {
-        lastCheckNs_ = now;
-        checkPeers(now, true);
-      }
-      if (deadline != 0 && now > deadline) {
-        NNF_WARN("RMA %s: rank %u did not answer within %lld ms "
-                 "(NCCL_FABRIC_RMA_SETUP_TIMEOUT_MS)",
-                 what, firstMissing(phase), static_cast<long long>(timeoutMs));
-        noteError();
-        return false;
-      }
-    }
-    // Other ranks may share these cores: waiting here must leave them the CPU.
-    if (spins < 1000) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-}
-
-void Group::checkPeers(uint64_t now, bool waitingForSetUp) {
-  for (uint32_t p = 0; p < nranks_; ++p) {
-    Peer& peer = peers_[p];
-    if (!peer.local || peer.dead || p == rank_) continue;
-    if (!waitingForSetUp && peer.outstanding == 0) continue;
-    if (kill(static_cast<pid_t>(peer.pid), 0) == 0 || errno != ESRCH) continue;
-    char why[64];
-    snprintf(why, sizeof(why), "process %u has exited", peer.pid);
-    markDead(p, why);
-  }
-}
-
-void Group::markDead(uint32_t peer, const char* why) {
-  Peer& p = peers_[peer];
-  if (p.dead) return;
-  p.dead = true;
-  noteError();
-  NNF_WARN("RMA group %u: rank %u (%s); its operations fail with ncclRemoteError", id(), peer,
-           why);
-  // Waiting signaled puts never started: they fail now. Started ones fail too; what the
-  // provider still holds of them comes back (or not) on its own.
-  while (Request* request = p.waitHead) {
-    p.waitHead = request->nextWaiting;
-    request->nextWaiting = nullptr;
-    request->state = Request::State::kActive;
-    fail(*request, abi::kRemoteError);
-  }
-  p.waitTail = nullptr;
-  for (auto& context : contexts_) {
-    context->forEach([&](Request& request) {
-      if (request.peer == peer && request.state == Request::State::kActive)
-        fail(request, abi::kRemoteError);
-    });
-  }
-}
-
-bool Group::peerGone() {
-  for (uint32_t p = 0; p < nranks_; ++p) {
-    if (peers_[p].outstanding > 0 && !peers_[p].dead) return false;
-  }
-  return true;
-}
-
-void Group::onControlMessage(core::wire::ControlKind kind, const uint8_t* data, size_t length) {
-  WindowMessage record;
-  std::string reason;
-  MessageKind messageKind;
-  if (kind != core::wire::ControlKind::kRma || !rma::messageKind(data, length, &messageKind)) {
-    return;
-  }
-  if (messageKind == MessageKind::kClose) {
-    CloseMessage notice;
-    if (!decodeClose(data, length, &notice, &reason) || notice.session != session_ ||
-        notice.rank >= nranks_) {
-      NNF_WARN("RMA group %u: dropped a close notice: %s", id(),
-               reason.empty() ? "it belongs to another group" : reason.c_str());
-      return;
-    }
-    peers_[notice.rank].closeHeard = true;
-    peers_[notice.rank].closeWrites = notice.writes;
-    return;
-  }
-  if (messageKind != MessageKind::kWindow) return;
-  if (!decodeWindow(data, length, &record, &reason) || record.session != session_ ||
-      record.rank >= nranks_) {
-    NNF_WARN("RMA group %u: dropped a window record: %s", id(),
-             reason.empty() ? "it belongs to another group" : reason.c_str());
-    return;
-  }
-  storeRecord(record);
-}
-
-void Group::storeRecord(const WindowMessage& record) {
-  if (record.index >= windows_.size()) {
-    records_.push_back(record);  // ours comes with our own regMrSym
-    return;
-  }
-  Window& window = *windows_[record.index];
-  if (!window.alive) return;
-  RemoteWindow& remote = window.remote[record.rank];
-  remote.address = record.address;
-  remote.size = record.size;
-  for (size_t r = 0; r < memory::kMaxRails; ++r) remote.keys[r] = record.keys[r];
-  remote.host = record.hostMemory != 0;
-  remote.present = true;
-}
-
-abi::Result Group::registerWindow(void* data, size_t size, int type, uint64_t dmabufOffset,
-                                  int fd, uint64_t flags, Window** out) {
-  core::Device& dev = device();
-  auto window = std::make_unique<Window>();
-  window->ref.kind = HandleKind::kWindow;
-  window->ref.object = window.get();
-  window->group = this;
-  window->base = static_cast<uint8_t*>(data);
-  window->size = size;
-  window->host = type == abi::kPtrHost;
-  window->neverReset = (flags & kMrFlagSignalNeverReset) != 0;
-  window->remote.resize(nranks_);
-  if (size > 0) {
-    // Through the device's MR cache, like NCCL's net buffers: one registration serves both.
-    abi::Result result =
-        dev.memory().registerBuffer(data, size, type, fd, dmabufOffset, &window->mh, kRmaAccess);
-    if (result != abi::kSuccess) return result;  // logged
-  }
-  WindowMessage record{};
-  {
-    Lock lock(dev.domainLock());
-    window->index = static_cast<uint32_t>(windows_.size());
-    record.magic = WindowMessage::kMagic;
-    record.version = kVersion;
-    record.hostMemory = window->host ? 1 : 0;
-    record.kind = static_cast<uint32_t>(MessageKind::kWindow);
-    record.rank = rank_;
-    record.index = window->index;
-    record.size = size;
-    if (window->mh != nullptr) {
-      record.address = window->mh->remoteAddress(data);
-      for (size_t r = 0; r < memory::kMaxRails; ++r) record.keys[r] = window->mh->key(r);
-    }
-    windows_.push_back(std::move(window));
-    Window& added = *windows_.back();
-    storeRecord(record);  // our own
-    for (auto it = records_.begin(); it != records_.end();) {
-      if (it->index == added.index) {
-        storeRecord(*it);
-        it = records_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    recordsWanted_ = added.index;
-    for (uint32_t p = 0; p < nranks_; ++p) {
-      if (p == rank_ || peers_[p].dead) continue;
-      record.session = peers_[p].session;
-      abi::Result result = sendMessage(p, peers_[p].groupId, &record, sizeof(record));
-      if (result != abi::kSuccess) return result;
-    }
-    *out = &added;
-  }
-  if (!exchange("regMrSym", Phase::kWindow)) {
-    deregisterWindow(**out);
-    *out = nullptr;
-    return abi::kRemoteError;
-  }
-  return abi::kSuccess;
-}
-
-abi::Result Group::deregisterWindow(Window& window) {
-  core::MemoryHandle* mh = window.mh;
-  bool deferMr = false;
-  {
-    Lock lock(device().domainLock());
-    window.alive = false;
-    window.ref.magic = HandleRef::kMagicDead;
-    if (words_) words_->forgetWindow(window.index);
-    if (mh != nullptr) {
-      // Operations still using it keep the key and descriptor valid until they end.
-      mh->released = true;
-      deferMr = mh->activeUses > 0;
-      mh->mrOwed = deferMr;
-    }
-    window.mh = nullptr;
-  }
-  if (mh == nullptr) return abi::kSuccess;
-  core::MemoryRegistry* registry = mh->registry;
-  abi::Result result = registry->deregister(mh, deferMr, deferMr);
-  registry->releaseOwed();
-  return result;
 }
 
 abi::Result Group::createContext(int streams, Context** out) {
@@ -456,167 +208,6 @@ abi::Result Group::destroyContext(Context& context) {
   // Its requests and their operations stay with the group: the provider may still hold some.
   context.kill();
   return abi::kSuccess;
-}
-
-void Group::cancelInFlight() {
-  ref_.magic = HandleRef::kMagicDead;
-  auto unqueue = [this](core::Operation& op) {
-    if (!op.queued) return false;
-    device().unqueue(op);
-    --opsOut_;
-    return true;
-  };
-  for (uint32_t p = 0; p < nranks_; ++p) {
-    unqueue(peers_[p].message.op);
-    unqueue(peers_[p].credit.op);
-  }
-  if (wordOps_) {
-    for (uint32_t i = 0; i < words_->capacity(); ++i) unqueue(wordOps_[i].op);
-  }
-  for (auto& context : contexts_) {
-    context->forEach([&](Request& request) {
-      for (OpSlot& slot : request.ops) {
-        if (!unqueue(slot.op)) continue;
-        if (slot.op.index == kRoleEntry) {
-          --entryOps_;
-        } else {
-          --callerOps_;
-        }
-        --request.pending;
-      }
-    });
-  }
-}
-
-abi::Result Group::quiesce(uint64_t boundNs) {
-  core::Device& dev = device();
-  // NCCL may free its buffers once closeColl returns: our reads and writes of them end first.
-  uint64_t lastMoveNs = core::nowNs();
-  int lastCount = -1;
-  for (;;) {
-    uint64_t now = core::nowNs();
-    {
-      Lock lock(dev.domainLock());
-      dev.progress();
-      checkPeers(now, false);
-      if (requestOpsOut() == 0 || peerGone()) return abi::kSuccess;
-      if (requestOpsOut() != lastCount) {
-        lastCount = requestOpsOut();
-        lastMoveNs = now;
-      }
-      if (boundNs > 0 && now - lastMoveNs > boundNs) {
-        NNF_WARN(
-            "RMA closeColl: %d operation(s) on registered windows still with the provider "
-            "after %llu ms (NCCL_FABRIC_CLOSE_TIMEOUT_MS); the peers are alive but take "
-            "nothing",
-            requestOpsOut(), static_cast<unsigned long long>(boundNs / 1000000));
-        return abi::kRemoteError;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-}
-
-void Group::awaitPeersWrites(uint64_t boundNs) {
-  core::Device& dev = device();
-  {
-    Lock lock(dev.domainLock());
-    for (uint32_t p = 0; p < nranks_; ++p) {
-      Peer& peer = peers_[p];
-      if (!peer.joined || peer.dead) continue;
-      CloseMessage notice{};
-      notice.magic = CloseMessage::kMagic;
-      notice.version = kVersion;
-      notice.kind = static_cast<uint32_t>(MessageKind::kClose);
-      notice.session = peer.session;
-      notice.rank = rank_;
-      notice.writes = peer.written;
-      if (sendMessage(p, peer.groupId, &notice, sizeof(notice)) != abi::kSuccess) peer.dead = true;
-    }
-  }
-  // Every rank's writes into our windows land before the windows go (or it dies, or the bound).
-  uint64_t start = core::nowNs();
-  for (;;) {
-    uint64_t now = core::nowNs();
-    {
-      Lock lock(dev.domainLock());
-      dev.progress();
-      checkPeers(now, true);
-      uint32_t waiting = nranks_;
-      for (uint32_t p = 0; p < nranks_ && waiting == nranks_; ++p) {
-        const Peer& peer = peers_[p];
-        bool heard =
-            !peer.joined || peer.dead || (peer.closeHeard && peer.landed >= peer.closeWrites);
-        // Our notice goes out before the group can go (its buffer is the group's).
-        bool sent = !peer.message.op.inFlight && !peer.message.op.queued;
-        if (!heard || !sent) waiting = p;
-      }
-      if (waiting == nranks_) return;
-      if (boundNs > 0 && now - start > boundNs) {
-        NNF_INFO(abi::kLogSubsysNet,
-                 "RMA closeColl: rank %u did not close within %llu ms; its writes into this "
-                 "rank's windows are refused from now on",
-                 waiting, static_cast<unsigned long long>(boundNs / 1000000));
-        return;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-}
-
-abi::Result Group::close() {
-  core::Device& dev = device();
-  int64_t boundMs = dev.config().integer(config::Param::kCloseTimeoutMs);
-  uint64_t boundNs = boundMs > 0 ? static_cast<uint64_t>(boundMs) * 1000000 : 0;
-  {
-    Lock lock(dev.domainLock());
-    closing_ = true;  // nothing new is issued
-    ref_.magic = HandleRef::kMagicDead;
-    for (uint32_t p = 0; p < nranks_; ++p) {
-      Peer& peer = peers_[p];
-      while (Request* request = peer.waitHead) {
-        peer.waitHead = request->nextWaiting;
-        request->nextWaiting = nullptr;
-        request->state = Request::State::kActive;
-        fail(*request, abi::kRemoteError);
-      }
-      peer.waitTail = nullptr;
-    }
-  }
-  abi::Result result = quiesce(boundNs);
-  if (connected_ && result == abi::kSuccess) awaitPeersWrites(boundNs);
-  {
-    Lock lock(dev.domainLock());
-    if (linksHeld_) engine_.releaseLinks(linkBase_, nranks_);  // nothing lands here any more
-    linksHeld_ = false;
-    if (listener_ != nullptr) listener_->detach();
-    listener_ = nullptr;
-  }
-  // After this the provider refuses any peer's access to the windows.
-  for (auto& window : windows_) {
-    if (window->alive) deregisterWindow(*window);
-  }
-  bool idle = false;
-  {
-    Lock lock(dev.domainLock());
-    dev.progress();
-    idle = opsOut_ == 0;
-  }
-  if (idle && ringMh_ != nullptr) {
-    core::MemoryRegistry* registry = ringMh_->registry;
-    registry->deregister(ringMh_);
-    registry->releaseOwed();
-    ringMh_ = nullptr;
-  }
-  Lock lock(dev.domainLock());
-  dev.closeComm(*this);  // frees the group once the provider holds none of its operations
-  return result;
-}
-
-void Group::releaseRegistrations() {
-  for (auto& context : contexts_) {
-    context->forEach([this](Request& request) { releaseHeld(request); });
-  }
 }
 
 }  // namespace nnf::rma

@@ -57,8 +57,16 @@ class EfaPlugin : public ::testing::Test {
     env_.unset("NNF_EFA_RULES_REFUSE");
     env_.unset("NNF_EFA_RULES_SENDRECV_ORDER");
     env_.unset("NNF_EFA_RULES_TAG_BITS");
+    // The stand-in's evidence that its rules were at work, checked at the end of each test.
+    unlink(efaRulesStats().c_str());
+    env_.set("NNF_EFA_RULES_STATS", efaRulesStats());
+    writeEfaRulesStatsAtChildExit();
   }
-  void TearDown() override { unlink(report_.c_str()); }
+  void TearDown() override {
+    unlink(report_.c_str());
+    EXPECT_TRUE(efaRulesEvidenceHolds(efaRulesStats()));
+    unlink(efaRulesStats().c_str());
+  }
   std::vector<std::string> report() const { return readEfaRulesReport(report_); }
 
   ScopedEnv env_;
@@ -202,7 +210,6 @@ uint64_t readByRma() {
 // read from the receiver's own endpoint: the provider counts the bytes), never by the CPU, and
 // every byte arrives.
 TEST_F(EfaPlugin, EagerMessagesForGpuBuffersAreCopiedByTheNic) {
-  env_.set("NNF_EFA_RULES_STATS", efaRulesStats());
   env_.set("NCCL_FABRIC_PROTOCOL", "rdma");
   const std::vector<int> sizes = {8, 1, 4096, 8192, 100, 0, 5000, 64};
   constexpr size_t kSlot = 16384;
@@ -279,12 +286,110 @@ TEST_F(EfaPlugin, EagerMessagesForGpuBuffersAreCopiedByTheNic) {
   EXPECT_TRUE(report().empty()) << "rules broken:\n" << joined(report());
 }
 
+// An eager message received into GPU memory is copied out of its bounce entry by an RDMA read,
+// and the entry is the sender's again only once that read has completed, however long the NIC
+// takes: the stand-in holds every read back 300 ms (NNF_EFA_RULES_HOLD_READS). With all 64
+// entries full and 32 more sends waiting for credits, a receiver that returned the entries as
+// it posted the reads would let those sends overwrite messages the reads had still to copy:
+// the GPU buffers would get the newer bytes.
+TEST_F(EfaPlugin, ABounceEntryIsNotReusedWhileTheNicStillCopiesOutOfIt) {
+  env_.set("NCCL_FABRIC_PROTOCOL", "rdma");
+  env_.set("NNF_EFA_RULES_HOLD_READS", "300");
+  constexpr int kEntries = 64;  // rdma::kEagerEntries
+  constexpr int kWindow = 32;   // receives in flight, and sends waiting behind the full entries
+  constexpr int kMessages = kEntries + kWindow;
+  constexpr size_t kSlot = 8192;
+  auto sizeOf = [](int m) { return 64 + (m * 131) % 4000; };
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer sources(kMessages * kSlot), host(kSlot);
+    void *sourcesHandle, *hostHandle;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, sources.data(), sources.size(), &sourcesHandle));
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostHandle));
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, host.data(), 8, kTag + 1, hostHandle, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    usleep(20000);  // sends go eagerly once the receiver has been quiet for 1 ms
+    auto sendRange = [&](int first, int last, std::vector<void*>* requests) {
+      for (int m = first; m < last; ++m) {
+        uint8_t* data = sources.data() + m * kSlot;
+        fillPattern(data, static_cast<size_t>(sizeOf(m)), 700 + m);
+        void* sent;
+        ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, data, sizeOf(m), kTag, sourcesHandle, &sent));
+        requests->push_back(sent);
+      }
+    };
+    std::vector<void*> full, waiting;
+    ASSERT_NO_FATAL_FAILURE(sendRange(0, kEntries, &full));
+    std::vector<int> sent;
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, full, &sent));  // eager: no receive is posted yet
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, host.data(), 8, kTag + 1, hostHandle, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    ASSERT_NO_FATAL_FAILURE(sendRange(kEntries, kMessages, &waiting));  // no entry is free
+    ASSERT_TRUE(peer.channel->signal());
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, waiting, &sent));
+    ASSERT_TRUE(peer.channel->wait());
+    dereg(peer, comm, sourcesHandle);
+    dereg(peer, comm, hostHandle);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer gpu(kWindow * kSlot), host(kMessages * kSlot);
+    void *gpuHandle, *hostHandle;
+    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, gpu, &gpuHandle));
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostHandle));
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, host.data(), 8, kTag + 1, hostHandle, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    // Progressing meanwhile, as NCCL's proxy does: the sender sends this once its entries are full.
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, host.data(), 8, kTag + 1, hostHandle, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    ASSERT_TRUE(peer.channel->wait());  // 32 sends wait for entries
+    fillSentinel(gpu.data(), gpu.size());
+    fillSentinel(host.data(), host.size());
+    // The first 32 messages into GPU memory: 32 reads held at once.
+    std::vector<void*> reads(kWindow);
+    for (int m = 0; m < kWindow; ++m) {
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, gpu.data() + m * kSlot, static_cast<int>(kSlot),
+                                       kTag, gpuHandle, &reads[m]));
+    }
+    std::vector<int> sizes;
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, reads, &sizes));
+    for (int m = 0; m < kWindow; ++m) {
+      EXPECT_EQ(sizes[m], sizeOf(m)) << "message " << m;
+      EXPECT_TRUE(verifyPattern(gpu.data() + m * kSlot, static_cast<size_t>(sizeOf(m)), 700 + m))
+          << "message " << m << " in GPU memory is not what was sent: its bounce entry was "
+          << "written again before the NIC had copied it out";
+    }
+    // The rest into host memory, the 32 that waited among them.
+    for (int m = kWindow; m < kMessages; ++m) {
+      uint8_t* data = host.data() + m * kSlot;
+      ASSERT_NO_FATAL_FAILURE(
+          postRecv(peer, comm, data, static_cast<int>(kSlot), kTag, hostHandle, &request));
+      int size = -1;
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
+      EXPECT_EQ(size, sizeOf(m)) << "message " << m;
+      EXPECT_TRUE(verifyPattern(data, static_cast<size_t>(sizeOf(m)), 700 + m)) << "message " << m;
+    }
+    EXPECT_EQ(peer.warnings(), 0) << joined(peer.warningTexts());
+    ASSERT_TRUE(peer.channel->signal());
+    dereg(peer, comm, gpuHandle);
+    dereg(peer, comm, hostHandle);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 120);
+  EXPECT_TRUE(report().empty()) << "rules broken:\n" << joined(report());
+}
+
 // A small message from GPU memory never goes eagerly on EFA: the header and the message would go
 // as one write of two buffers, which efa sends as an emulated packet copied with the first
 // buffer's (host) memory type, a CPU read of GPU memory (issue 24, defect 1). It waits for its
 // receive's descriptor and goes as a write by the NIC; every byte arrives.
 TEST_F(EfaPlugin, SmallGpuSendsWaitForTheirDescriptors) {
-  env_.set("NNF_EFA_RULES_STATS", efaRulesStats());
   env_.set("NCCL_FABRIC_PROTOCOL", "rdma");
   const std::vector<int> sizes = {8, 1, 4096, 8192, 100, 5000, 64};
   constexpr size_t kSlot = 16384;

@@ -52,9 +52,15 @@ Config loadConfig() {
   if (const char* v = env("NNF_EFA_RULES_FAIL_NIC")) config.failNic = std::atoi(v);
   if (const char* v = env("NNF_EFA_RULES_HOLD_NIC")) {
     const char* colon = std::strchr(v, ':');
-    config.holdNic = std::atoi(v);
+    // "n:ms" or "n,m,...:ms".
+    for (const char* nic = v; nic != nullptr && nic < colon; nic = std::strchr(nic, ',')) {
+      if (*nic == ',') ++nic;
+      int n = std::atoi(nic);
+      if (n >= 0 && n < kMaxNics) config.holdNics |= 1u << n;
+    }
     config.holdMs = colon != nullptr ? std::atoi(colon + 1) : 0;
   }
+  if (const char* v = env("NNF_EFA_RULES_HOLD_READS")) config.holdReadsMs = std::atoi(v);
   if (const char* v = env("NNF_EFA_RULES_EMULATED_WRITE")) {
     config.emulatedWrite = std::strcmp(v, "1") == 0;
   }

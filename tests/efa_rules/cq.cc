@@ -4,6 +4,7 @@
 // come out at seeded random points among the successes (NNF_EFA_RULES_INTERLEAVE_ERRORS), as
 // EFA's CQ gives each entry, good or bad, in the order the device completed it. A peer's write
 // with data completes as EFA's does (immediate.cc).
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -55,6 +56,16 @@ bool truncated(Cq* cq, const Pending& item) {
   return true;
 }
 
+// Notes whether `pending[pick]`, about to be handed out, overtakes an older completion (the
+// evidence that completions were reordered, efa_rules.h).
+void noteOrder(const Cq* cq, size_t pick) {
+  if (cq->pending.size() < 2) return;
+  note(Evidence::kReorderable);
+  uint64_t oldest = cq->pending[pick].arrival;
+  for (const Pending& item : cq->pending) oldest = std::min(oldest, item.arrival);
+  if (oldest != cq->pending[pick].arrival) note(Evidence::kReordered);
+}
+
 // Moves everything the base has into `pending`; remembers a base error entry for readerr.
 int drain(Cq* cq) {
   if (cq->baseError) return 0;
@@ -89,6 +100,7 @@ int drain(Cq* cq) {
       if ((item.entry.flags & FI_RECV) != 0 && item.source != FI_ADDR_NOTAVAIL)
         cq->heard.insert(item.source);  // that peer's handshake has come (handshake.cc)
       if (!cq->roomy.empty() && (item.entry.flags & FI_RECV) != 0 && truncated(cq, item)) continue;
+      item.arrival = cq->arrivals++;
       cq->pending.push_back(item);
     }
     if (static_cast<size_t>(n) < kDrainBatch) return 0;
@@ -98,6 +110,7 @@ int drain(Cq* cq) {
 ssize_t readFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* srcAddr) {
   Cq* cq = cqOf(f);
   if (cq->domain != nullptr && cq->domain->holdMs > 0) releaseDueWrites(cq->domain);
+  if (cq->domain != nullptr && cq->domain->holdReadsMs > 0) releaseDueReads(cq->domain);
   std::lock_guard<std::mutex> guard(cq->mutex);
   int ret = drain(cq);
   if (ret != 0) return ret;
@@ -117,6 +130,7 @@ ssize_t readFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* srcAddr) {
   auto* out = static_cast<char*>(buf);
   for (size_t i = 0; i < deliver; ++i) {
     size_t pick = cq->reorder ? cq->rng() % cq->pending.size() : 0;
+    noteOrder(cq, pick);
     std::memcpy(out + i * cq->entrySize, &cq->pending[pick].entry, cq->entrySize);
     if (srcAddr != nullptr) srcAddr[i] = cq->pending[pick].source;
     if (cq->reorder) {
@@ -251,6 +265,7 @@ void Cq::pushSuccess(void* context, uint64_t flags) {
   item.entry.op_context = context;
   item.entry.flags = flags;
   item.source = FI_ADDR_NOTAVAIL;
+  item.arrival = arrivals++;
   pending.push_back(item);
 }
 

@@ -96,7 +96,8 @@ int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* con
   ours->name = info->domain_attr->name != nullptr ? info->domain_attr->name : "";
   ours->nic = std::max(nicOf(info->domain_attr->name), 0);
   ours->failsWrites = config.failNic == ours->nic;
-  if (config.holdNic == ours->nic) ours->holdMs = config.holdMs;
+  if ((config.holdNics >> ours->nic) & 1u) ours->holdMs = config.holdMs;
+  ours->holdReadsMs = std::max(config.holdReadsMs, 0);
   ours->lengthInData = baseCqDataSize >= 8;
   ours->emulatedWrite = config.emulatedWrite;
   ours->emulatePeer = config.emulatePeer;

@@ -61,8 +61,9 @@ struct Config {
   int nics = 1;  // NNF_EFA_RULES_NICS: EFA devices presented per base domain, 1..kMaxNics
   bool emulatedWrite = false;  // NNF_EFA_RULES_EMULATED_WRITE: getopt's FI_OPT_EFA_EMULATED_WRITE
   int failNic = -1;            // NNF_EFA_RULES_FAIL_NIC: every RMA write posted on this NIC fails
-  int holdNic = -1;  // NNF_EFA_RULES_HOLD_NIC=n:ms: writes on NIC n reach the target ms late
+  uint32_t holdNics = 0;       // NNF_EFA_RULES_HOLD_NIC=n[,n...]:ms: bit n, writes on NIC n late
   int holdMs = 0;
+  int holdReadsMs = 0;           // NNF_EFA_RULES_HOLD_READS=ms: RMA reads reach the base ms late
   EmulatedPeers emulatePeer;     // NNF_EFA_RULES_EMULATE_PEER
   int remoteWriteErrors = 0;     // NNF_EFA_RULES_REMOTE_WRITE_ERRORS: every Nth fails at the target
   bool interleaveErrors = true;  // NNF_EFA_RULES_INTERLEAVE_ERRORS: errors among successes
@@ -70,6 +71,7 @@ struct Config {
   std::set<std::string> refuse;
 };
 constexpr int kMaxNics = 8;
+constexpr size_t kMaxIov = 16;  // iovs a post may have
 Config loadConfig();
 bool refused(const char* optionName);
 
@@ -129,6 +131,42 @@ struct Traffic {
 Traffic* trafficOf(const std::string& domainName);
 void writeStats();
 
+// --- evidence (stats.cc): that the behaviour and the rules the plugin's suites rely on were at
+// work in this process. Each rule has a pair: how often a post (or completion) came that the rule
+// applies to, counted before any rule looks at it, and how often the rule's check then ran on
+// one. A stand-in weakened by a setting or an edit (reordering off, FI_MR_LOCAL no longer
+// claimed, a check bypassed) shows applicable > 0 with checked == 0, and the suites' own check
+// (tests/support/test_env.cc) fails the plugin's tests with it. Written beside the traffic, one
+// line "rules pid=<pid> <name>=<count> ..." with the totals so far.
+enum class Evidence {
+  kReorderable,         // completions handed out while an older one waited too
+  kReordered,           //   of those, ones handed out before the older one
+  kBufferPosts,         // posts of bytes from or into buffers (not injects)
+  kDescriptorChecks,    //   of those, checked against a live MR under FI_MR_LOCAL (rule 1)
+  kInjects,             // injects of bytes
+  kInjectChecks,        //   of those, checked for device memory (rule 2)
+  kTaggedPosts,         // tagged posts
+  kTagChecks,           //   of those, checked against mem_tag_format (rule 4)
+  kDescribedPosts,      // posts with a descriptor of a live MR
+  kDomainChecks,        //   of those, checked for the MR's domain (rule 9)
+  kNicKeyedRma,         // RMA with a remote key that names its NIC, several NICs presented
+  kRemoteKeyChecks,     //   of those, checked against the target endpoint's NIC (rule 10)
+  kMultiIovDataWrites,  // writes with immediate data and more than one iov
+  kEmulatedChecks,      //   writes checked as EFA emulates them (rule 11)
+  kDataPosts,           // posts with immediate data
+  kImmediateChecks,     //   of those, checked for EFA's 4 bytes (rule 12)
+  kDataWrites,          // writes with immediate data
+  kWriteSizeChecks,     //   of those, checked for EFA's 1 GiB cut (rule 13)
+  kFirstPostsToPeers,   // an endpoint's first transmit post to a peer it has not heard from
+  kHandshakeEagains,    //   -FI_EAGAIN answered until that peer's handshake
+  kTaggedRecvs,         // tagged receives
+  kRoomyRecvs,          //   of those, posted with room so that EFA's truncation can be made
+  kRemoteWrites,        // a peer's writes with data completed in EFA's form at the target
+  kCount,
+};
+void note(Evidence what);
+const char* evidenceName(Evidence what);
+
 // --- endpoint addresses (addresses.cc): with several NICs, each enabled endpoint publishes its
 // base address and NIC in a directory every process on the machine reads (the base is shared, so
 // a peer's address names one of its endpoints), so that an initiator can tell which NIC an RMA
@@ -178,6 +216,21 @@ struct HeldWrite {
   bool posted = false;
 };
 
+// A read held back (held.cc, NNF_EFA_RULES_HOLD_READS): handed to the base once due, so that
+// the bytes are read then; its base completion goes to the caller's context as it is.
+struct HeldRead {
+  fid_ep* baseEp = nullptr;
+  iovec iov[kMaxIov];
+  void* desc[kMaxIov];  // the base's
+  size_t count = 0;
+  fi_addr_t src = 0;
+  fi_rma_iov rma[kMaxIov];  // the base's addresses and keys
+  size_t rmaCount = 0;
+  void* context = nullptr;
+  uint64_t flags = 0;
+  std::chrono::steady_clock::time_point due;
+};
+
 struct Domain {
   fid_domain fid{};
   Fabric* fabric = nullptr;
@@ -189,6 +242,7 @@ struct Domain {
   int nic = 0;               // our NIC index, from our domain name
   bool failsWrites = false;  // NNF_EFA_RULES_FAIL_NIC names this NIC
   int holdMs = 0;            // NNF_EFA_RULES_HOLD_NIC names this NIC: its writes' delay
+  int holdReadsMs = 0;       // NNF_EFA_RULES_HOLD_READS: every read's delay
   // The base carries 8 bytes of immediate data: the upper 4, which EFA's callers cannot use,
   // carry a write's length to its target (immediate.cc).
   bool lengthInData = false;
@@ -197,7 +251,8 @@ struct Domain {
   int handshakeEagain = 0;     // NNF_EFA_RULES_HANDSHAKE_EAGAIN
   std::mutex heldMutex;
   std::list<HeldWrite> held;  // held.cc
-  std::string name;           // our domain name
+  std::list<HeldRead> heldReads;
+  std::string name;  // our domain name
   Traffic* traffic = nullptr;
 };
 int openDomain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* context);
@@ -217,6 +272,7 @@ int openAv(fid_domain* domain, fi_av_attr* attr, fid_av** av, void* context);
 struct Pending {
   fi_cq_tagged_entry entry;
   fi_addr_t source;
+  uint64_t arrival;  // the order the base (or the stand-in) made it in
 };
 struct Cq {
   fid_cq fid{};
@@ -227,6 +283,7 @@ struct Cq {
   bool reorder = true;
   std::mt19937_64 rng;
   std::vector<Pending> pending;
+  uint64_t arrivals = 0;                   // completions queued in `pending` so far
   std::vector<fi_cq_err_entry> synthetic;  // our error completions, FIFO
   bool baseError = false;                  // the base reported -FI_EAVAIL
   bool interleave = true;                  // NNF_EFA_RULES_INTERLEAVE_ERRORS
@@ -303,6 +360,11 @@ bool holdWrite(Ep* ep, const void* buf, size_t len, uint64_t data, fi_addr_t des
 void releaseDueWrites(Domain* domain);
 bool takeHeldCompletion(Domain* domain, void* context);
 void dropHeldWrites(Domain* domain);
+// NNF_EFA_RULES_HOLD_READS: holdRead keeps a read admitted with the base's descriptors and
+// remote iovs; releaseDueReads hands those due to the base (called where completions are read).
+void holdRead(Ep* ep, const iovec* iov, void* const* baseDesc, size_t count, fi_addr_t src,
+              const fi_rma_iov* rma, size_t rmaCount, void* context, uint64_t flags);
+void releaseDueReads(Domain* domain);
 void installDataOps(Ep* ep);
 
 // Whether `addr` names this endpoint itself (the AV's entry is our own base address).

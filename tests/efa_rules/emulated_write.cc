@@ -70,6 +70,7 @@ std::string emulatedWriteMixesMemory(Ep* ep, const char* op, const iovec* iov, v
   else if (peerEmulated(ep, dest))
     why = "a write to a peer whose writes are emulated (NNF_EFA_RULES_EMULATE_PEER)";
   if (why == nullptr || count == 0) return "";
+  note(Evidence::kEmulatedChecks);
   // desc[0] as the copy takes it; then every iov that carries bytes, desc[0]'s own included
   // (device memory behind a missing descriptor is copied as host memory).
   MemType first = typeOf(iov[0], desc != nullptr ? desc[0] : nullptr, true);

@@ -54,6 +54,7 @@ std::string describe(const Post& post, size_t i) {
 // The first broken rule of a post, with its detail; 0 when all hold.
 Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
   if (post.kind == Kind::kTagged) {
+    note(Evidence::kTagChecks);
     uint64_t bits = post.tag | (post.recv ? post.ignore : 0);
     if (bits & ~ep->domain->tagMask) {
       char text[160];
@@ -66,10 +67,12 @@ Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
     }
   }
   if (post.withData) {
+    note(Evidence::kImmediateChecks);
     *detail = immediateTooWide(post.op, post.data);
     if (!detail->empty()) return Rule::kCqDataSize;
   }
   if (post.kind == Kind::kWrite && post.withData) {
+    note(Evidence::kWriteSizeChecks);
     size_t len = 0;
     for (size_t i = 0; post.iov != nullptr && i < post.count; ++i) len += post.iov[i].iov_len;
     if (len > kEfaMaxWriteBytes) {
@@ -83,6 +86,7 @@ Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
     }
   }
   for (size_t i = 0; post.inject && i < post.count; ++i) {
+    if (post.iov[i].iov_len > 0) note(Evidence::kInjectChecks);
     const void* buf = post.iov[i].iov_base;
     if (registeredAsDevice(buf, post.iov[i].iov_len) || driverSaysDevice(buf)) {
       *detail = describe(post, i) + " is device memory (inject copies with the CPU)";
@@ -93,6 +97,7 @@ Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
   // this endpoint's NIC, FI_MR_LOCAL or not.
   for (size_t i = 0; post.desc != nullptr && i < post.count; ++i) {
     Mr* mr = post.desc[i] != nullptr ? liveMr(post.desc[i]) : nullptr;
+    if (mr != nullptr) note(Evidence::kDomainChecks);
     if (mr != nullptr && mr->domain != ep->domain) {
       *detail = describe(post, i) + " has a descriptor of an MR of domain " + mr->domain->name +
                 ", not of the endpoint's domain " + ep->domain->name;
@@ -106,6 +111,7 @@ Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
       int keyNic = nicOfKey(ep->domain, post.rma[i].key);
       if (keyNic < 0) continue;
       if (targetNic < 0) targetNic = nicOfPeer(ep->av, post.addr);
+      if (targetNic >= 0) note(Evidence::kRemoteKeyChecks);
       if (targetNic < 0 || keyNic == targetNic) continue;
       char text[200];
       std::snprintf(text, sizeof(text),
@@ -132,6 +138,7 @@ Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
         *detail = describe(post, i) + " is not covered by its descriptor's MR";
         return Rule::kMissingDescriptor;
       }
+      note(Evidence::kDescriptorChecks);
     }
   }
   if (post.kind == Kind::kWrite && !post.inject) {
@@ -167,6 +174,29 @@ Rule firstBrokenRule(Ep* ep, const Post& post, std::string* detail) {
   return static_cast<Rule>(0);
 }
 
+// What the rules apply to in `post`, counted before any of them looks (efa_rules.h, Evidence).
+void noteApplicable(Ep* ep, const Post& post) {
+  size_t bytes = 0;
+  bool described = false;
+  for (size_t i = 0; i < post.count; ++i) {
+    bytes += post.iov[i].iov_len;
+    described = described || (post.desc != nullptr && post.desc[i] != nullptr &&
+                              liveMr(post.desc[i]) != nullptr);
+  }
+  if (bytes > 0) note(post.inject ? Evidence::kInjects : Evidence::kBufferPosts);
+  if (post.kind == Kind::kTagged) note(Evidence::kTaggedPosts);
+  if (post.kind == Kind::kTagged && post.recv) note(Evidence::kTaggedRecvs);
+  if (described) note(Evidence::kDescribedPosts);
+  if (post.withData) note(Evidence::kDataPosts);
+  if (post.kind == Kind::kWrite && post.withData) {
+    note(Evidence::kDataWrites);
+    if (post.count > 1 || post.rmaCount > 1) note(Evidence::kMultiIovDataWrites);
+  }
+  if (post.rmaCount > 0 && ep->av != nullptr && nicOfKey(ep->domain, post.rma[0].key) >= 0) {
+    note(Evidence::kNicKeyedRma);
+  }
+}
+
 }  // namespace
 
 bool admit(Ep* ep, const Post& post, void** baseDesc, ssize_t* ret) {
@@ -179,6 +209,7 @@ bool admit(Ep* ep, const Post& post, void** baseDesc, ssize_t* ret) {
     *ret = -FI_EAGAIN;
     return false;
   }
+  noteApplicable(ep, post);
   std::string detail;
   Rule rule = firstBrokenRule(ep, post, &detail);
   if (rule != static_cast<Rule>(0)) {

@@ -126,6 +126,7 @@ ssize_t postWithRoom(Ep* ep, const Post& post, void** bd, uint64_t flags) {
     iov[count] = {room, roomLength};
     desc[count] = nullptr;
     ++count;
+    note(Evidence::kRoomyRecvs);
     std::lock_guard<std::mutex> guard(ep->rxCq->mutex);
     ep->rxCq->roomy[post.context] = length;
   }

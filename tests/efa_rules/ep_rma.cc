@@ -1,7 +1,8 @@
 // The endpoint's RMA operations: each call described as a Post, admitted by the rules
 // (ep_data.cc), its remote address and key put in the base's terms, and forwarded. Writes with
 // immediate data carry their length to the target in the bits EFA's callers cannot use
-// (immediate.cc); NNF_EFA_RULES_HOLD_NIC holds some back (held.cc).
+// (immediate.cc); NNF_EFA_RULES_HOLD_NIC holds some back, NNF_EFA_RULES_HOLD_READS every read
+// (held.cc).
 #include "efa_rules.h"
 #include "post.h"
 
@@ -31,6 +32,11 @@ ssize_t rread(fid_ep* f, void* buf, size_t len, void* desc, fi_addr_t src, uint6
   post.rmaCount = 1;
   if (!admit(ep, post, bd, &ret)) return ret;
   baseRmaTarget(ep->domain, &addr, &key);
+  if (ep->domain->holdReadsMs > 0) {
+    fi_rma_iov based{addr, len, key};
+    holdRead(ep, &iov, bd, 1, src, &based, 1, ctx, FI_COMPLETION);
+    return tally(ep, post, 0);
+  }
   return tally(ep, post, fi_read(ep->base, buf, len, bd[0], src, addr, key, ctx));
 }
 ssize_t rreadv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t src, uint64_t addr,
@@ -44,6 +50,13 @@ ssize_t rreadv(fid_ep* f, const iovec* iov, void** desc, size_t count, fi_addr_t
   post.rmaCount = 1;
   if (!admit(ep, post, bd, &ret)) return ret;
   baseRmaTarget(ep->domain, &addr, &key);
+  if (ep->domain->holdReadsMs > 0) {
+    size_t len = 0;
+    for (size_t i = 0; i < count; ++i) len += iov[i].iov_len;
+    fi_rma_iov based{addr, len, key};
+    holdRead(ep, iov, bd, count, src, &based, 1, ctx, FI_COMPLETION);
+    return tally(ep, post, 0);
+  }
   return tally(ep, post, fi_readv(ep->base, iov, bd, count, src, addr, key, ctx));
 }
 ssize_t rreadmsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
@@ -60,6 +73,11 @@ ssize_t rreadmsg(fid_ep* f, const fi_msg_rma* msg, uint64_t flags) {
   fi_rma_iov rma[kMaxIov];
   if (!translateRma(ep, msg, rma)) return -FI_EINVAL;
   copy.rma_iov = rma;
+  if (ep->domain->holdReadsMs > 0) {
+    holdRead(ep, msg->msg_iov, bd, msg->iov_count, msg->addr, rma, msg->rma_iov_count, msg->context,
+             flags);
+    return tally(ep, post, 0);
+  }
   return tally(ep, post, fi_readmsg(ep->base, &copy, flags));
 }
 ssize_t rwrite(fid_ep* f, const void* buf, size_t len, void* desc, fi_addr_t dest, uint64_t addr,

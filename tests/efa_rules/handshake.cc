@@ -12,7 +12,9 @@ namespace efa_rules {
 
 bool awaitingHandshake(Ep* ep, fi_addr_t dest) {
   const int limit = ep->domain->handshakeEagain;
-  if (limit <= 0 || dest == FI_ADDR_UNSPEC || dest == FI_ADDR_NOTAVAIL) return false;
+  // With no -FI_EAGAIN to give (limit 0) the first posts to each peer are still counted: the
+  // evidence (efa_rules.h) then shows the rule off.
+  if (dest == FI_ADDR_UNSPEC || dest == FI_ADDR_NOTAVAIL) return false;
   {
     std::lock_guard<std::mutex> guard(ep->peersMutex);
     auto found = ep->handshakes.find(dest);
@@ -28,12 +30,14 @@ bool awaitingHandshake(Ep* ep, fi_addr_t dest) {
   std::lock_guard<std::mutex> guard(ep->peersMutex);
   int& tries = ep->handshakes[dest];
   if (tries == kHandshakeDone) return false;
+  if (tries == 0 && !heard && !self) note(Evidence::kFirstPostsToPeers);
   if (heard || self || tries >= limit) {
     tries = kHandshakeDone;
     return false;
   }
   ++tries;
   ++ep->handshakeEagains;
+  note(Evidence::kHandshakeEagains);
   return true;
 }
 

@@ -3,6 +3,11 @@
 // later. On EFA a write completes once the peer's NIC placed it; the stand-in's tcp base does
 // not promise that either, and this makes the difference as large as a test needs. The bytes are
 // copied when the write is posted, so the initiator may reuse its buffer as the completion says.
+//
+// Reads held back (NNF_EFA_RULES_HOLD_READS=ms): handed to the base `ms` after they were posted,
+// so that the NIC reads the source then, as a busy NIC may long after the post; the completion
+// follows the read. A caller that reuses the source before the completion sees its new bytes
+// arrive.
 #include <atomic>
 #include <cstring>
 
@@ -69,6 +74,39 @@ void dropHeldWrites(Domain* domain) {
     if (write.mr != nullptr) fi_close(&write.mr->fid);
   }
   domain->held.clear();
+  domain->heldReads.clear();
+}
+
+void holdRead(Ep* ep, const iovec* iov, void* const* baseDesc, size_t count, fi_addr_t src,
+              const fi_rma_iov* rma, size_t rmaCount, void* context, uint64_t flags) {
+  Domain* domain = ep->domain;
+  std::lock_guard<std::mutex> guard(domain->heldMutex);
+  HeldRead& read = domain->heldReads.emplace_back();
+  read.baseEp = ep->base;
+  read.count = count;
+  for (size_t i = 0; i < count; ++i) {
+    read.iov[i] = iov[i];
+    read.desc[i] = baseDesc[i];
+  }
+  read.src = src;
+  read.rmaCount = rmaCount;
+  for (size_t i = 0; i < rmaCount; ++i) read.rma[i] = rma[i];
+  read.context = context;
+  read.flags = flags;
+  read.due = std::chrono::steady_clock::now() + std::chrono::milliseconds(domain->holdReadsMs);
+}
+
+void releaseDueReads(Domain* domain) {
+  std::lock_guard<std::mutex> guard(domain->heldMutex);
+  auto now = std::chrono::steady_clock::now();
+  while (!domain->heldReads.empty() && domain->heldReads.front().due <= now) {
+    HeldRead& read = domain->heldReads.front();
+    fi_msg_rma msg{read.iov, read.desc,     read.count,   read.src,
+                   read.rma, read.rmaCount, read.context, 0};
+    ssize_t ret = fi_readmsg(read.baseEp, &msg, read.flags);
+    if (ret == -FI_EAGAIN) return;  // in order: the next read of the CQ tries again
+    domain->heldReads.pop_front();  // a failure is lost with it, as on a broken link
+  }
 }
 
 }  // namespace efa_rules

@@ -50,6 +50,7 @@ bool fixRemoteWrite(Cq* cq, fi_cq_tagged_entry* entry) {
   entry->buf = nullptr;
   entry->tag = 0;
   ++cq->remoteWrites;
+  note(Evidence::kRemoteWrites);
   if (cq->remoteWriteErrors <= 0 || cq->remoteWrites % cq->remoteWriteErrors != 0) return false;
   // An unsolicited write receive that failed at the target: the error has no context of the
   // target's (none was posted) and says what it was by its immediate data.

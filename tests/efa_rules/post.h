@@ -8,8 +8,6 @@
 
 namespace efa_rules {
 
-constexpr size_t kMaxIov = 16;
-
 enum class Kind { kMsg, kTagged, kRead, kWrite };
 
 struct Post {

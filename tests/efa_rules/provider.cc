@@ -82,15 +82,21 @@
 //                           publishes its down NICs in NNF_EFA_RULES_ADDRESSES/health-<pid>; the
 //                           target's NIC is known with several NICs. getopt
 //                           kOptEfaRulesLinkDown / kOptEfaRulesLinkFailed read the state.
-//   NNF_EFA_RULES_HOLD_NIC  n:ms: RMA writes with immediate data posted on NIC n complete at once
-//                           at the initiator and reach the target ms later (held.cc), as a write
-//                           that completes once sent (tcp) may still be on its way
+//   NNF_EFA_RULES_HOLD_NIC  n:ms (or n,m,...:ms): RMA writes with immediate data posted on NIC n
+//                           complete at once at the initiator and reach the target ms later
+//                           (held.cc), as a write that completes once sent (tcp) may still be on
+//                           its way
+//   NNF_EFA_RULES_HOLD_READS ms: every RMA read is handed to the base ms after it was posted
+//                           (held.cc): the source is read then, and the completion follows, as
+//                           on a busy NIC; a source reused before the completion shows
 //   NNF_EFA_RULES_ADDRESSES directory where, with several NICs, endpoints publish which NIC
 //                           their address belongs to (default /tmp/efa-rules-addresses-<uid>;
 //                           addresses.cc)
 //   NNF_EFA_RULES_STATS     file to append per-domain traffic to: "<domain> <bytes written by
-//                           RMA> <bytes sent> <bytes read> <pid>" per domain name, totals so far, at domain
-//                           close, at exit and on nnf_efa_rules_write_stats() (stats.cc)
+//                           RMA> <bytes sent> <bytes read> <pid>" per domain name, totals so far,
+//                           then "rules pid=<pid> <name>=<count> ...", the evidence that the
+//                           rules were at work (efa_rules.h, Evidence), at domain close, at exit
+//                           and on nnf_efa_rules_write_stats() (stats.cc)
 //   NNF_EFA_RULES_REPORT    file to append one line "<rule> <detail>\n" per violation (read at
 //                           each violation)
 //   NCCL_FABRIC_CUDA_LIBRARY  the CUDA driver to ask about device pointers (the fake one in tests)

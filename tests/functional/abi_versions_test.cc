@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/abi_entries.h"
 #include "support/harness.h"
 #include "support/plugin_ops.h"
 
@@ -35,36 +36,6 @@ template <typename Net>
 const Net* table(void* library, int version) {
   return static_cast<const Net*>(
       dlsym(library, ("ncclNetPlugin_v" + std::to_string(version)).c_str()));
-}
-
-// Entry points every version has, all mandatory for NCCL (it calls them unchecked).
-template <typename Net>
-void expectCommonEntries(const Net* net) {
-  ASSERT_NE(net, nullptr);
-  ASSERT_NE(net->name, nullptr);
-  EXPECT_STREQ(net->name, "Fabric");
-  EXPECT_NE(net->init, nullptr);
-  EXPECT_NE(net->devices, nullptr);
-  EXPECT_NE(net->getProperties, nullptr);
-  EXPECT_NE(net->listen, nullptr);
-  EXPECT_NE(net->connect, nullptr);
-  EXPECT_NE(net->accept, nullptr);
-  EXPECT_NE(net->regMr, nullptr);
-  EXPECT_NE(net->regMrDmaBuf, nullptr);
-  EXPECT_NE(net->deregMr, nullptr);
-  EXPECT_NE(net->isend, nullptr);
-  EXPECT_NE(net->irecv, nullptr);
-  EXPECT_NE(net->iflush, nullptr);
-  EXPECT_NE(net->test, nullptr);
-  EXPECT_NE(net->closeSend, nullptr);
-  EXPECT_NE(net->closeRecv, nullptr);
-  EXPECT_NE(net->closeListen, nullptr);
-}
-
-template <typename Net>
-void expectOffloadEntries(const Net* net) {
-  EXPECT_NE(net->getDeviceMr, nullptr);
-  EXPECT_NE(net->irecvConsumed, nullptr);
 }
 
 TEST(AbiVersions, Nccl228FindsV11AndNccl230FindsV12) {
@@ -122,6 +93,15 @@ void expectSameDevice(const Props& props, const abi::PropertiesV8& v8) {
   EXPECT_EQ(props.maxRecvs, v8.maxRecvs);
 }
 
+// `net`'s properties of `dev`, written over a poisoned struct (so that a field left unset shows),
+// against v8's view of the same device.
+template <typename Net, typename Props>
+void expectPropertiesLikeV8(const Net* net, int dev, const abi::PropertiesV8& v8, Props* props) {
+  memset(props, 0xCD, sizeof(*props));
+  ASSERT_EQ(net->getProperties(dev, props), abi::kSuccess);
+  expectSameDevice(*props, v8);
+}
+
 template <typename Props>
 void expectV9Fields(const Props& props, int dev) {
   EXPECT_EQ(props.regIsGlobal, 1);
@@ -160,30 +140,20 @@ TEST(AbiVersions, InitDevicesAndPropertiesThroughEveryVersion) {
       abi::PropertiesV8 p8;
       ASSERT_EQ(peer.net->getProperties(dev, &p8), abi::kSuccess);
       abi::PropertiesV6 p6;
-      memset(&p6, 0xCD, sizeof(p6));
-      ASSERT_EQ(v6->getProperties(dev, &p6), abi::kSuccess);
-      expectSameDevice(p6, p8);
+      ASSERT_NO_FATAL_FAILURE(expectPropertiesLikeV8(v6, dev, p8, &p6));
       abi::PropertiesV7 p7;
-      memset(&p7, 0xCD, sizeof(p7));
-      ASSERT_EQ(table<abi::NetV7>(library, 7)->getProperties(dev, &p7), abi::kSuccess);
-      expectSameDevice(p7, p8);
+      ASSERT_NO_FATAL_FAILURE(expectPropertiesLikeV8(table<abi::NetV7>(library, 7), dev, p8, &p7));
       EXPECT_EQ(p7.netDeviceType, abi::kNetDeviceHost);
       EXPECT_EQ(p7.netDeviceVersion, 0);
       abi::PropertiesV9 p9;
-      memset(&p9, 0xCD, sizeof(p9));
-      ASSERT_EQ(table<abi::NetV9>(library, 9)->getProperties(dev, &p9), abi::kSuccess);
-      expectSameDevice(p9, p8);
+      ASSERT_NO_FATAL_FAILURE(expectPropertiesLikeV8(table<abi::NetV9>(library, 9), dev, p8, &p9));
       expectV9Fields(p9, dev);
       abi::PropertiesV11 p11;
-      memset(&p11, 0xCD, sizeof(p11));
-      ASSERT_EQ(v11->getProperties(dev, &p11), abi::kSuccess);
-      expectSameDevice(p11, p8);
+      ASSERT_NO_FATAL_FAILURE(expectPropertiesLikeV8(v11, dev, p8, &p11));
       expectV9Fields(p11, dev);
       EXPECT_EQ(p11.maxMultiRequestSize, 1);
       abi::PropertiesV12 p12;
-      memset(&p12, 0xCD, sizeof(p12));
-      ASSERT_EQ(v12->getProperties(dev, &p12), abi::kSuccess);
-      expectSameDevice(p12, p8);
+      ASSERT_NO_FATAL_FAILURE(expectPropertiesLikeV8(v12, dev, p8, &p12));
       expectV9Fields(p12, dev);
       EXPECT_EQ(p12.maxMultiRequestSize, 1);
       EXPECT_EQ(p12.railId, dev) << "rail = device index (docs/pytorch.md)";

@@ -18,11 +18,10 @@
 
 #include "core/tags.h"
 #include "core/wire.h"
-#include "fabric/provider.h"
-#include "fabric/rail.h"
 #include "support/harness.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
+#include "support/raw_endpoint.h"
 #include "support/test_env.h"
 
 namespace nnf::test {
@@ -72,74 +71,56 @@ std::vector<uint8_t> badAddress(const std::vector<uint8_t>& own, BadAddress kind
   return bad;
 }
 
-// A raw libfabric endpoint of the provider under test, apart from the plugin.
-class RawEndpoint {
- public:
-  RawEndpoint() {
-    fabric::ProviderChoice choice = fabric::selectProvider("");
-    rail_ = std::make_unique<fabric::Rail>(choice.domains.at(0).get(), 0);
-    buffer_.resize(sizeof(core::wire::ControlHeader) + sizeof(core::wire::ConnectMessage));
-    if (rail_->needsLocalRegistration()) {
-      int ret = fi_mr_reg(rail_->domain(), buffer_.data(), buffer_.size(), FI_SEND, 0, 0, 0, &mr_,
-                          nullptr);
-      if (ret != 0) throw std::runtime_error("fi_mr_reg failed");
-      desc_ = fi_mr_desc(mr_);
-    }
-  }
-  ~RawEndpoint() {
-    // The registration before its domain: libfabric's efa provider frees the domain's MR map
-    // at close, and closing an MR after that faults there.
-    if (mr_ != nullptr) fi_close(&mr_->fid);
-    rail_.reset();
-  }
-  fabric::Rail& rail() { return *rail_; }
-
-  // Sends `length` bytes of `data` with `tag` and waits for the send to complete.
-  ::testing::AssertionResult send(fi_addr_t peer, const void* data, size_t length, uint64_t tag) {
-    if (length > 0) memcpy(buffer_.data(), data, length);
-    return post([&] { return rail_->tsend(buffer_.data(), length, desc_, peer, tag, this); });
-  }
-  // Sends a control message (untagged, with its header) to comm `commId` of the peer.
-  ::testing::AssertionResult sendControl(fi_addr_t peer, uint32_t commId,
-                                         core::wire::ControlKind kind, const void* payload,
-                                         size_t length) {
-    core::wire::ControlHeader header = core::wire::makeControlHeader(commId, kind, length);
-    memcpy(buffer_.data(), &header, sizeof(header));
-    if (length > 0 && payload != nullptr) memcpy(buffer_.data() + sizeof(header), payload, length);
-    return post(
-        [&] { return rail_->send(buffer_.data(), sizeof(header) + length, desc_, peer, this); });
-  }
-
- private:
-  template <typename Post>
-  ::testing::AssertionResult post(Post&& postOnce) {
-    Deadline deadline(kOpTimeoutSec);
-    ssize_t ret;
-    while ((ret = postOnce()) == -FI_EAGAIN) {
-      fi_cq_tagged_entry entry;
-      rail_->readCompletions(&entry, 1);
-      if (deadline.expired()) return ::testing::AssertionFailure() << "fi_tsend kept EAGAIN";
-    }
-    if (ret != 0) return ::testing::AssertionFailure() << "fi_tsend: " << fi_strerror(-ret);
-    while (!deadline.expired()) {
-      fi_cq_tagged_entry entry;
-      ssize_t n = rail_->readCompletions(&entry, 1);
-      if (n == 1) return ::testing::AssertionSuccess();
-      if (n == -FI_EAVAIL) {
-        fi_cq_err_entry error;
-        const char* text = nullptr;
-        rail_->readError(&error, &text);
-        return ::testing::AssertionFailure() << "send failed: " << fi_strerror(error.err);
-      }
-    }
-    return ::testing::AssertionFailure() << "send did not complete";
-  }
-
-  std::unique_ptr<fabric::Rail> rail_;
-  std::vector<uint8_t> buffer_;
-  fid_mr* mr_ = nullptr;
-  void* desc_ = nullptr;
+// The prober's side: the listener's handle, received from the other process, and a raw endpoint
+// that has the listener's address.
+struct RawProber {
+  Handle handle;
+  core::wire::ListenHandle decoded;
+  std::unique_ptr<RawEndpoint> endpoint;
+  fi_addr_t listener = FI_ADDR_UNSPEC;
 };
+
+// Receives the listener's handle (listenForProber), opens the raw endpoint and inserts the
+// listener's address.
+void openRawProber(Peer& peer, RawProber* out) {
+  ASSERT_TRUE(peer.channel->recv(out->handle.bytes, sizeof(out->handle.bytes)));
+  memcpy(&out->decoded, out->handle.bytes, sizeof(out->decoded));
+  try {
+    out->endpoint = std::make_unique<RawEndpoint>();
+  } catch (const std::exception& error) {
+    FAIL() << "raw endpoint: " << error.what();
+  }
+  const core::wire::ListenHandle& decoded = out->decoded;
+  ASSERT_EQ(
+      out->endpoint->rail().insertAddress(decoded.address, decoded.addressLength, &out->listener),
+      0);
+}
+
+// The listener's side: listens and hands the prober its handle.
+void listenForProber(Peer& peer, void** listen) {
+  Handle handle;
+  ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, listen));
+  ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle.bytes)));
+}
+
+// Sends the listener a valid connect message that names the raw endpoint's address made useless
+// the way `kind` says.
+void sendBadConnect(RawProber& prober, BadAddress kind) {
+  std::vector<uint8_t> bad = badAddress(prober.endpoint->rail().address(), kind);
+  uint32_t listenerId = prober.decoded.listenerId;
+  core::wire::ConnectMessage message =
+      core::wire::makeConnectMessage(12345, listenerId, bad.data(), bad.size());
+  ASSERT_TRUE(prober.endpoint->sendControl(
+      prober.listener, listenerId, core::wire::ControlKind::kConnect, &message, sizeof(message)));
+}
+
+// A control message and a tagged message for comm `id` of the listener's process, a comm that
+// was released: whatever it posted must be gone or drained, so that they touch no freed memory.
+void sendToReleasedComm(RawProber& prober, uint32_t id) {
+  ASSERT_TRUE(prober.endpoint->sendControl(prober.listener, id, core::wire::ControlKind::kPing,
+                                           nullptr, 0));
+  ASSERT_TRUE(prober.endpoint->send(prober.listener, nullptr, 0, core::tags::data(id, 0, kTag)));
+}
 
 // One message of kMessage bytes carrying pattern `message` from a fresh buffer, sent and
 // completed on `send`.
@@ -191,35 +172,20 @@ TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
                     "(shm on libfabric 2.x): accept cannot be made to fail this way";
   }
   auto prober = [&](Peer& peer) {
-    Handle handle;
-    ASSERT_TRUE(peer.channel->recv(handle.bytes, sizeof(handle.bytes)));
-    core::wire::ListenHandle decoded;
-    memcpy(&decoded, handle.bytes, sizeof(decoded));
-    std::unique_ptr<RawEndpoint> raw;
-    try {
-      raw = std::make_unique<RawEndpoint>();
-    } catch (const std::exception& error) {
-      FAIL() << "raw endpoint: " << error.what();
-    }
-    fi_addr_t listener = FI_ADDR_UNSPEC;
-    ASSERT_EQ(raw->rail().insertAddress(decoded.address, decoded.addressLength, &listener), 0);
+    RawProber raw;
+    ASSERT_NO_FATAL_FAILURE(openRawProber(peer, &raw));
     for (const BadAddress& kind : kinds) {
       SCOPED_TRACE(static_cast<int>(kind));
-      std::vector<uint8_t> bad = badAddress(raw->rail().address(), kind);
-      core::wire::ConnectMessage message =
-          core::wire::makeConnectMessage(12345, decoded.listenerId, bad.data(), bad.size());
-      ASSERT_TRUE(raw->sendControl(listener, decoded.listenerId, core::wire::ControlKind::kConnect,
-                                   &message, sizeof(message)));
+      ASSERT_NO_FATAL_FAILURE(sendBadConnect(raw, kind));
       ASSERT_TRUE(peer.channel->wait());  // accept has failed
       // Whatever the failed comm posted must be gone or drained: messages for its id then find no
       // freed memory.
       // Ids go round-robin: each round creates the failed comm, then the good one.
-      uint32_t id = decoded.listenerId + 1 + 2 * static_cast<uint32_t>(&kind - kinds.data());
-      ASSERT_TRUE(raw->sendControl(listener, id, core::wire::ControlKind::kPing, nullptr, 0));
-      ASSERT_TRUE(raw->send(listener, nullptr, 0, core::tags::data(id, 0, kTag)));
+      uint32_t id = raw.decoded.listenerId + 1 + 2 * static_cast<uint32_t>(&kind - kinds.data());
+      ASSERT_NO_FATAL_FAILURE(sendToReleasedComm(raw, id));
       // A good connection right after (its connect message follows the probes), through the same
       // listener.
-      Handle fresh = handle;
+      Handle fresh = raw.handle;
       void* send = nullptr;
       ASSERT_NO_FATAL_FAILURE(connectTo(peer, &fresh, &send));
       ASSERT_NO_FATAL_FAILURE(sendPattern(peer, send, 40 + static_cast<int>(kind)));
@@ -229,10 +195,8 @@ TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
     peer.channel->finishBarrier(30);
   };
   auto listener = [&](Peer& peer) {
-    Handle handle;
     void* listen = nullptr;
-    ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
-    ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle.bytes)));
+    ASSERT_NO_FATAL_FAILURE(listenForProber(peer, &listen));
     for (BadAddress kind : kinds) {
       SCOPED_TRACE(static_cast<int>(kind));
       // accept drives the device: the prober's raw endpoint needs it to get its request in.
@@ -260,59 +224,44 @@ TEST(Close, ForcedAcceptFailureReleasesTheCommAndTheListenerKeepsWorking) {
   runTwoProcesses(prober, listener, 120);
 }
 
-// The prober's half of a stuck accept: a raw endpoint sends the listener of `handle` a connect
-// message naming an address whose accept message can never be delivered (a closed port).
-struct UnreachableRequest {
-  core::wire::ListenHandle decoded;
-  std::unique_ptr<RawEndpoint> raw;
-  fi_addr_t listener = FI_ADDR_UNSPEC;
-};
+// Why no request can leave an accept stuck on the provider under test ("" where one can).
+std::string whyNoAcceptGetsStuck() {
+  if (testProvider() == "shm") return "shm has no refused connection to get stuck on";
+  // SRD answers a message for a queue pair that has another key at once (bad destination QP): the
+  // accept message fails instead of being stuck, and the accept fails with it
+  // (Close.ForcedAcceptFailure... covers that).
+  if (onSoftEfa()) return "the real efa provider fails an undeliverable accept message at once";
+  return "";
+}
 
-void sendUnreachableRequest(const Handle& handle, UnreachableRequest* out) {
-  memcpy(&out->decoded, handle.bytes, sizeof(out->decoded));
-  try {
-    out->raw = std::make_unique<RawEndpoint>();
-  } catch (const std::exception& error) {
-    FAIL() << "raw endpoint: " << error.what();
-  }
-  const core::wire::ListenHandle& decoded = out->decoded;
-  ASSERT_EQ(out->raw->rail().insertAddress(decoded.address, decoded.addressLength, &out->listener),
-            0);
-  std::vector<uint8_t> bad = badAddress(out->raw->rail().address(), BadAddress::kUnreachable);
-  core::wire::ConnectMessage message =
-      core::wire::makeConnectMessage(12345, decoded.listenerId, bad.data(), bad.size());
-  ASSERT_TRUE(out->raw->sendControl(out->listener, decoded.listenerId,
-                                    core::wire::ControlKind::kConnect, &message, sizeof(message)));
+// Closing a listener releases its stuck accept at once, without waiting for it.
+void closeListenWithAStuckAccept(Peer& peer, void* listen) {
+  auto start = std::chrono::steady_clock::now();
+  closeListen(peer, listen);
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(ms, 100) << "closing a listener with a stuck accept waited";
 }
 
 // A request from an address whose accept message can never be delivered (a closed port) must not
 // hold up the listener: a good connection through the same listener right after it is accepted
 // and moves data while the first one is still stuck; closing the listener then releases it.
 TEST(Accept, AnUnreachableRequesterDoesNotHoldUpTheListenersOtherConnections) {
-  if (testProvider() == "shm") GTEST_SKIP() << "shm has no refused connection to get stuck on";
-  if (onSoftEfa()) {
-    // SRD answers a message for a queue pair that has another key at once (bad destination QP):
-    // the accept message fails instead of being stuck, and the accept fails with it
-    // (Close.ForcedAcceptFailure... covers that).
-    GTEST_SKIP() << "the real efa provider fails an undeliverable accept message at once";
-  }
+  if (std::string why = whyNoAcceptGetsStuck(); !why.empty()) GTEST_SKIP() << why;
   auto prober = [&](Peer& peer) {
-    Handle handle;
-    ASSERT_TRUE(peer.channel->recv(handle.bytes, sizeof(handle.bytes)));
-    UnreachableRequest stuck;
-    ASSERT_NO_FATAL_FAILURE(sendUnreachableRequest(handle, &stuck));
+    RawProber stuck;
+    ASSERT_NO_FATAL_FAILURE(openRawProber(peer, &stuck));
+    ASSERT_NO_FATAL_FAILURE(sendBadConnect(stuck, BadAddress::kUnreachable));
     // Then a good connection through the same handle, at once.
     void* send = nullptr;
-    ASSERT_NO_FATAL_FAILURE(connectTo(peer, &handle, &send));
+    ASSERT_NO_FATAL_FAILURE(connectTo(peer, &stuck.handle, &send));
     ASSERT_NO_FATAL_FAILURE(sendPattern(peer, send, 78));
     closeSend(peer, send);
     peer.channel->finishBarrier(30);
   };
   auto listener = [&](Peer& peer) {
-    Handle handle;
     void* listen = nullptr;
-    ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
-    ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle.bytes)));
+    ASSERT_NO_FATAL_FAILURE(listenForProber(peer, &listen));
     void* good = nullptr;
     auto start = std::chrono::steady_clock::now();
     ASSERT_NO_FATAL_FAILURE(acceptOn(peer, listen, &good));
@@ -321,11 +270,7 @@ TEST(Accept, AnUnreachableRequesterDoesNotHoldUpTheListenersOtherConnections) {
     ASSERT_NO_FATAL_FAILURE(receivePattern(peer, good, 78));
     closeRecv(peer, good);
     // The stuck one is still half-built: closing the listener releases it at once.
-    start = std::chrono::steady_clock::now();
-    closeListen(peer, listen);
-    double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    EXPECT_LT(ms, 100) << "closing a listener with a stuck accept waited";
+    closeListenWithAStuckAccept(peer, listen);
     peer.channel->finishBarrier(30);
   };
   runTwoProcesses(prober, listener, 120);
@@ -336,24 +281,15 @@ TEST(Accept, AnUnreachableRequesterDoesNotHoldUpTheListenersOtherConnections) {
 // through the normal close, return at once, and leave nothing posted that points at it; the
 // device then serves a new listener.
 TEST(Close, ClosingAListenerWithAStuckAcceptReleasesTheHalfBuiltComm) {
-  if (testProvider() == "shm") GTEST_SKIP() << "shm has no refused connection to get stuck on";
-  if (onSoftEfa()) {
-    // SRD answers a message for a queue pair that has another key at once (bad destination QP):
-    // the accept message fails instead of being stuck, and the accept fails with it
-    // (Close.ForcedAcceptFailure... covers that).
-    GTEST_SKIP() << "the real efa provider fails an undeliverable accept message at once";
-  }
+  if (std::string why = whyNoAcceptGetsStuck(); !why.empty()) GTEST_SKIP() << why;
   auto prober = [&](Peer& peer) {
-    Handle handle;
-    ASSERT_TRUE(peer.channel->recv(handle.bytes, sizeof(handle.bytes)));
-    UnreachableRequest stuck;
-    ASSERT_NO_FATAL_FAILURE(sendUnreachableRequest(handle, &stuck));
+    RawProber stuck;
+    ASSERT_NO_FATAL_FAILURE(openRawProber(peer, &stuck));
+    ASSERT_NO_FATAL_FAILURE(sendBadConnect(stuck, BadAddress::kUnreachable));
     ASSERT_TRUE(peer.channel->wait());  // the listener is closed
     // The half-built comm, created right after the listener.
     uint32_t id = stuck.decoded.listenerId + 1;
-    ASSERT_TRUE(
-        stuck.raw->sendControl(stuck.listener, id, core::wire::ControlKind::kPing, nullptr, 0));
-    ASSERT_TRUE(stuck.raw->send(stuck.listener, nullptr, 0, core::tags::data(id, 0, kTag)));
+    ASSERT_NO_FATAL_FAILURE(sendToReleasedComm(stuck, id));
     void* send = nullptr;
     ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &send));
     ASSERT_NO_FATAL_FAILURE(sendPattern(peer, send, 77));
@@ -361,10 +297,8 @@ TEST(Close, ClosingAListenerWithAStuckAcceptReleasesTheHalfBuiltComm) {
     peer.channel->finishBarrier(30);
   };
   auto listener = [&](Peer& peer) {
-    Handle handle;
     void* listen = nullptr;
-    ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
-    ASSERT_TRUE(peer.channel->send(handle.bytes, sizeof(handle.bytes)));
+    ASSERT_NO_FATAL_FAILURE(listenForProber(peer, &listen));
     // Long enough for the request to arrive and its accept message to be refused at least once.
     Deadline stuck(3);
     while (!stuck.expired()) {
@@ -373,11 +307,7 @@ TEST(Close, ClosingAListenerWithAStuckAcceptReleasesTheHalfBuiltComm) {
       ASSERT_EQ(peer.net->accept(listen, &recv, &devComm), abi::kSuccess);
       ASSERT_EQ(recv, nullptr) << "a peer at a closed port was accepted";
     }
-    auto start = std::chrono::steady_clock::now();
-    closeListen(peer, listen);
-    double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    EXPECT_LT(ms, 100) << "closing a listener with a stuck accept waited";
+    closeListenWithAStuckAccept(peer, listen);
     ASSERT_TRUE(peer.channel->signal());
     void* good = nullptr;
     ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &good));

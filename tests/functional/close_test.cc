@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -777,6 +778,191 @@ TEST(Close, ARecvCloseWaitsForWritesStillOnTheirWayOnAnotherRail) {
   };
   runTwoProcesses(sender, receiver, 120);
 }
+
+// The sender's close answer goes only once its own writes have completed, so that it counts
+// them all: here the sender closes right after starting a striped message, its completions not
+// yet read, and the EFA-rules provider holds rail 1's share back 400 ms. An answer sent at once
+// would count none of that message's writes, and the receiver's close would return before the
+// held share landed.
+TEST(Close, TheSendersCloseAnswerCountsTheWritesItClosedWith) {
+  if (testProtocol() != "rdma" || testRails() < 2) {
+    GTEST_SKIP() << "needs the rdma protocol over two rails (efa+rdma+2rails)";
+  }
+  constexpr int kSmall = 64;
+  constexpr int kSize = 8 << 20;  // striped: half on each rail
+  ScopedEnv env;
+  env.set("NNF_EFA_RULES_HOLD_NIC", "1:400");
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer out(kSize);
+    fillPattern(out.data(), kSize, 9);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, out.data(), out.size(), &mh));
+    ASSERT_TRUE(peer.channel->wait());  // the grouped receive is posted
+    void* request;
+    // Both buffers are described by one write: once the small send is done, the large one
+    // finds its descriptor and writes at once.
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, out.data(), kSmall, kTag, mh, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    ASSERT_EQ(peer.net->isend(comm, out.data(), kSize, kTag + 1, mh, &request), abi::kSuccess);
+    ASSERT_NE(request, nullptr);
+    closeSend(peer, comm);  // as an abort does: not tested, its writes' completions unread
+    dereg(peer, comm, mh);
+    Progressor progressor(peer);  // lets the held share go when it is due
+    ASSERT_TRUE(peer.channel->signal());
+    ASSERT_TRUE(peer.channel->wait());  // the receiver closed
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer small(kSmall);
+    HostBuffer in(kSize);
+    fillSentinel(in.data(), kSize);
+    void* mhs[2];
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, small.data(), small.size(), &mhs[0]));
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, in.data(), in.size(), &mhs[1]));
+    void* data[2] = {small.data(), in.data()};
+    int sizes[2] = {kSmall, kSize};
+    int tags[2] = {kTag, kTag + 1};
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postRecvGroup(peer, comm, 2, data, sizes, tags, mhs, &request));
+    ASSERT_TRUE(peer.channel->signal());
+    {
+      Progressor progressor(peer);        // writes the descriptors, reads what lands and the answer
+      ASSERT_TRUE(peer.channel->wait());  // the sender closed
+    }
+    auto start = Clock::now();
+    closeRecv(peer, comm);  // the receive not tested: as an abort does
+    double ms = msSince(start);
+    EXPECT_TRUE(verifyPattern(in.data(), kSize, 9))
+        << "the close returned after " << ms << " ms, before the held rail's writes landed";
+    dereg(peer, comm, mhs[0]);
+    dereg(peer, comm, mhs[1]);
+    closeListen(peer, listen);
+    ASSERT_TRUE(peer.channel->signal());
+  };
+  runTwoProcesses(sender, receiver, 120);
+}
+
+// The sender's close answer (kClosedAck) says how many writes it made on each rail, and a
+// receiver's close with a receive still posted waits until that many have landed on each. The
+// EFA-rules provider holds writes with immediate data back 400 ms (NNF_EFA_RULES_HOLD_NIC) while
+// their completions come at once, so the answer, a control message that is not held, overtakes
+// them: the close must wait for exactly the writes counted. A count too low on a held rail lets
+// the close return before the message landed; a count too high anywhere (the descriptor path,
+// the eager path and the sender's answer to the grant run first) keeps the close waiting for a
+// write that never comes, until it gives up and fails. On one rail and on two: inline and whole
+// messages with every NIC held, striped ones with one of the two held.
+struct HeldCase {
+  const char* name;
+  const char* heldNics;  // NNF_EFA_RULES_HOLD_NIC's list
+  int size;              // the message whose writes are held
+  int rails;             // the least rails it needs
+  bool eager;            // the sender sends small messages eagerly
+};
+
+void PrintTo(const HeldCase& held, std::ostream* out) {
+  *out << held.name;  // test names stay the same from build to build
+}
+
+class CloseCounts : public ::testing::TestWithParam<HeldCase> {};
+
+TEST_P(CloseCounts, ARecvCloseWaitsForEveryWriteTheSenderCounted) {
+  const HeldCase& held = GetParam();
+  if (testProtocol() != "rdma" || testProvider() != "efa" || onSoftEfa()) {
+    GTEST_SKIP() << "needs the rdma protocol on the EFA-rules provider (efa+rdma[+2rails])";
+  }
+  if (testRails() < held.rails) GTEST_SKIP() << "needs " << held.rails << " rails";
+  constexpr int kSmall = 64, kSmallRounds = 4, kDescribed = 16 << 10;
+  ScopedEnv env;
+  env.set("NNF_EFA_RULES_HOLD_NIC", std::string(held.heldNics) + ":400");
+  // A message small enough to go eagerly would, while its descriptor is still on its way.
+  if (!held.eager) env.set("NNF_TEST_ENV_SENDER", "NCCL_FABRIC_EAGER_MAX=0");
+  const int size = held.size;
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer out(static_cast<size_t>(size));
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, out.data(), out.size(), &mh));
+    {
+      // Lets the held writes go when they are due (completions come at once, and an inline write
+      // has none: nothing else reads the sender's queues meanwhile), and answers the receiver's
+      // close.
+      Progressor progressor(peer);
+      // Small messages first: by descriptor, then (the receiver granted its bounce entries at
+      // the second receive and said its small receives go undescribed) eagerly.
+      for (int round = 0; round < kSmallRounds; ++round) {
+        ASSERT_TRUE(peer.channel->wait());  // its receive is posted
+        fillPattern(out.data(), kSmall, 90 + round);
+        void* request;
+        ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, out.data(), kSmall, kTag, mh, &request));
+        ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+        ASSERT_TRUE(peer.channel->wait());  // received: the buffer may be filled again
+      }
+      ASSERT_TRUE(peer.channel->wait());  // the receive of the held message is posted
+      fillPattern(out.data(), static_cast<size_t>(size), 7);
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, out.data(), size, kTag, mh, &request));
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));  // its writes: still held
+      ASSERT_TRUE(peer.channel->signal());
+      ASSERT_TRUE(peer.channel->wait());  // the receiver closed
+    }
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    // Larger than a bounce entry: described, so that even a small message is written into it
+    // (an undescribed one would come eagerly, and a closed comm drops it).
+    const int room = std::max(size, kDescribed);
+    HostBuffer in(static_cast<size_t>(room));
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, in.data(), in.size(), &mh));
+    void* request;
+    for (int round = 0; round < kSmallRounds; ++round) {
+      fillSentinel(in.data(), kSmall);
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, in.data(), kSmall, kTag, mh, &request));
+      ASSERT_TRUE(peer.channel->signal());
+      int got = -1;
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &got));
+      ASSERT_EQ(got, kSmall);
+      ASSERT_TRUE(verifyPattern(in.data(), kSmall, 90 + round)) << "small message " << round;
+      ASSERT_TRUE(peer.channel->signal());
+    }
+    fillSentinel(in.data(), in.size());
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, in.data(), room, kTag, mh, &request));
+    ASSERT_TRUE(peer.channel->signal());
+    {
+      Progressor progressor(peer);        // what is not held must flow
+      ASSERT_TRUE(peer.channel->wait());  // the send completed at the sender
+    }
+    int before = peer.warnings();
+    auto start = Clock::now();
+    closeRecv(peer, comm);  // with the receive not done, as an abort does: it expects success
+    double ms = msSince(start);
+    EXPECT_TRUE(verifyPattern(in.data(), static_cast<size_t>(size), 7))
+        << "the close returned after " << ms << " ms, before the held writes (NICs "
+        << held.heldNics << ") landed";
+    EXPECT_EQ(peer.warnings(), before) << "the close waited for writes that never came";
+    dereg(peer, comm, mh);
+    closeListen(peer, listen);
+    ASSERT_TRUE(peer.channel->signal());
+  };
+  runTwoProcesses(sender, receiver, 120);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Close, CloseCounts,
+    // 24 bytes go inline by their descriptor (no completion: counted when posted), from a sender
+    // that sends nothing eagerly; 100 KiB whole on one rail.
+    ::testing::Values(HeldCase{"InlineWithEveryRailHeld", "0,1", 24, 1, false},
+                      HeldCase{"WholeWithEveryRailHeld", "0,1", 100 << 10, 1, true},
+                      HeldCase{"StripedWithTheLeaderHeld", "0", (8 << 20) + 1, 2, true},
+                      HeldCase{"StripedWithRail1Held", "1", (8 << 20) + 1, 2, true}),
+    [](const ::testing::TestParamInfo<HeldCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace nnf::test

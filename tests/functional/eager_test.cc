@@ -150,6 +150,118 @@ TEST(Eager, AsManySendsAsBounceEntriesCompleteBeforeAnyReceiveAndTheNextWaitsFor
   runTwoProcesses(sender, receiver, 120);
 }
 
+// The sender may have one eager message in flight per entry the receiver freed, and no more:
+// with every entry held, entries freed out of eager order return no credit (entry 0 still holds
+// its message), and entries freed in order return exactly their count. A sender one credit ahead
+// writes into an entry whose message no receive has taken yet (the receiver drops it with a
+// WARN). Messages 0..7 go on tag A, the others on tag B, so that the receiver can free entries
+// 8..15 before 0..7.
+TEST(Eager, TheSenderNeverGoesBeyondTheEntriesTheReceiverFreed) {
+  if (skipUnlessRdma()) GTEST_SKIP() << "the eager path is the rdma protocol's";
+  constexpr int kTagA = kTag, kTagB = kTag + 2;  // kTag + 1 is kWarmTag
+  constexpr int kBatch = 8;  // rdma::kCreditBatch: entries freed per credit write
+  // Messages: 0..63 fill every entry; 64 tries while only out-of-order frees were made; 65..79
+  // use the 16 credits of the in-order frees with 64; 80 tries one beyond them.
+  constexpr int kOutOfOrderTry = kEntries, kBeyond = kEntries + 2 * kBatch, kMessages = kBeyond + 1;
+  const int most = eagerMax();
+  std::vector<int> sizes;
+  for (int i = 0; i < kMessages; ++i) sizes.push_back((i * 997 + 13) % (most + 1));
+  auto tagOf = [](int message) { return message < kBatch ? kTagA : kTagB; };
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer buffer(size_t{kMessages} * kSlotBytes);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    // Sends message m; its request joins `requests` (allDoneWithin clears the completed ones).
+    auto send = [&](int m, std::vector<void*>* requests) {
+      uint8_t* data = buffer.data() + size_t{kSlotBytes} * m;
+      fillPattern(data, static_cast<size_t>(sizes[m]), 500 + m);
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, data, sizes[m], tagOf(m), mh, &request));
+      requests->push_back(request);
+    };
+    ASSERT_NO_FATAL_FAILURE(warmUpSend(peer, comm, buffer.data(), mh));
+    letTheReceiverGoQuiet();
+    std::vector<void*> full;
+    for (int m = 0; m < kEntries; ++m) ASSERT_NO_FATAL_FAILURE(send(m, &full));
+    ASSERT_TRUE(allDoneWithin(peer, full, 20)) << "the first " << kEntries << " sends did not go "
+                                               << "eagerly into the receiver's entries";
+    ASSERT_NO_FATAL_FAILURE(warmUpSend(peer, comm, buffer.data(), mh));  // the receiver may post
+    ASSERT_TRUE(peer.channel->wait(60));  // entries 8..15 freed, out of eager order
+    std::vector<void*> credited, beyond;
+    ASSERT_NO_FATAL_FAILURE(send(kOutOfOrderTry, &credited));
+    EXPECT_FALSE(allDoneWithin(peer, credited, 0.5))
+        << "a send completed while entry 0 was still held: entries freed out of eager order "
+           "were returned as credits";
+    ASSERT_TRUE(peer.channel->signal());
+    ASSERT_TRUE(peer.channel->wait(60));  // entries 0..7 freed too: 16 in eager order
+    for (int m = kOutOfOrderTry + 1; m < kBeyond; ++m) ASSERT_NO_FATAL_FAILURE(send(m, &credited));
+    EXPECT_TRUE(allDoneWithin(peer, credited, 20))
+        << "the " << 2 * kBatch << " entries freed in eager order did not carry as many sends";
+    ASSERT_NO_FATAL_FAILURE(send(kBeyond, &beyond));
+    EXPECT_FALSE(allDoneWithin(peer, beyond, 0.5))
+        << "a send completed beyond the " << 2 * kBatch << " entries the receiver freed";
+    ASSERT_TRUE(peer.channel->signal());  // the receiver takes every message now
+    for (std::vector<void*>* left : {&credited, &beyond}) {
+      for (void* request : *left) {
+        if (request != nullptr) {
+          ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+        }
+      }
+    }
+    ASSERT_TRUE(peer.channel->wait(60));
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer buffer(size_t{kMessages} * kSlotBytes);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    ASSERT_NO_FATAL_FAILURE(warmUpRecv(peer, comm, buffer.data(), mh));
+    // Progress meanwhile (shm completes a write once its target progresses); the sender sends
+    // this once every entry is full.
+    ASSERT_NO_FATAL_FAILURE(warmUpRecv(peer, comm, buffer.data(), mh));
+    fillSentinel(buffer.data(), buffer.size());
+    int warningsBefore = peer.warnings();
+    auto receive = [&](int m) {
+      SCOPED_TRACE("message " + std::to_string(m) + " of " + std::to_string(sizes[m]) + " B");
+      uint8_t* data = buffer.data() + size_t{kSlotBytes} * m;
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(
+          postRecv(peer, comm, data, static_cast<int>(kSlotBytes / 2), tagOf(m), mh, &request));
+      int size = -1;
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size));
+      EXPECT_EQ(size, sizes[m]);
+      EXPECT_TRUE(verifyPattern(data, static_cast<size_t>(sizes[m]), 500 + m));
+      EXPECT_TRUE(verifySentinel(data + sizes[m], kSlotBytes - static_cast<size_t>(sizes[m])))
+          << "bytes written past the message";
+    };
+    for (int m = kBatch; m < 2 * kBatch; ++m) ASSERT_NO_FATAL_FAILURE(receive(m));
+    {
+      Progressor progressor(peer);  // the sender's writes may need their target to progress
+      ASSERT_TRUE(peer.channel->signal());
+      ASSERT_TRUE(peer.channel->wait(60));
+    }
+    for (int m = 0; m < kBatch; ++m) ASSERT_NO_FATAL_FAILURE(receive(m));
+    {
+      Progressor progressor(peer);
+      ASSERT_TRUE(peer.channel->signal());
+      ASSERT_TRUE(peer.channel->wait(60));
+    }
+    for (int m = 2 * kBatch; m < kMessages; ++m) ASSERT_NO_FATAL_FAILURE(receive(m));
+    EXPECT_EQ(peer.warnings(), warningsBefore)
+        << "the receiver dropped a message written into an entry it still held";
+    ASSERT_TRUE(peer.channel->signal());
+    dereg(peer, comm, mh);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 180);
+}
+
 TEST(Eager, ATooLargeEagerMessageFailsItsReceiveAndTheCommGoesOn) {
   if (skipUnlessRdma()) GTEST_SKIP() << "the eager path is the rdma protocol's";
   constexpr int kLarge = 100, kSmall = 10, kNext = 50;

@@ -124,8 +124,14 @@ TEST(Multirail, DeviceSpeedIsTheSumOfItsRails) {
 
 TEST(Multirail, LargeMessagesAreStripedOverEveryRail) {
   REQUIRE_RAILS();
-  // Odd sizes beside the round ones: a stripe boundary must not lose or repeat the tail.
-  static const std::vector<int> kSizes = {8 << 20, (8 << 20) + 3, 64 << 20, (32 << 20) - 1};
+  // Odd sizes beside the round ones, chosen so that a share computed a little wrong shows: a
+  // stripe boundary must not lose or repeat the tail. 8 MiB + 1 halves to exactly 4 MiB when
+  // rounded down, which leaves a third share of one byte for a rail that does not exist; 12 MiB
+  // + 4097 and 32 MiB - 1 give shares that are no multiple of 4 KiB; 256 KiB is the stripe size
+  // itself (NCCL_FABRIC_STRIPE_MIN), 256 KiB + 1 the least message with an odd last share.
+  static const std::vector<int> kSizes = {8 << 20,   (8 << 20) + 1,  (8 << 20) + 3,
+                                          64 << 20,  (32 << 20) - 1, (12 << 20) + 4097,
+                                          256 << 10, (256 << 10) + 1};
   const size_t largest = static_cast<size_t>(*std::max_element(kSizes.begin(), kSizes.end()));
   auto sender = [&](Peer& peer) {
     void* comm;
@@ -146,6 +152,24 @@ TEST(Multirail, LargeMessagesAreStripedOverEveryRail) {
     dereg(peer, comm, mh);
     closeSend(peer, comm);
   };
+  auto receiver = [&](Peer& peer) { receiveEachInTurn(peer, kSizes, kTag, kTail); };
+  runTwoProcesses(sender, receiver, 180);
+}
+
+// A stripe size lowered to 4 KiB (and no eager path, which would take these sizes whole on the
+// leader): messages whose halves round up to the next 4 KiB leave a short last share (4097: 4 KiB
+// and 1 byte), or none at all (4096 goes whole, on the next rail in turn), and a share computed
+// from the halves rounded down would cut 8193 into three for two rails. Every byte lands once, in
+// its place, and nothing past the message.
+TEST(Multirail, SharesOfSizesThatDoNotDivideByTheRailsOrByTheAlignment) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  ScopedEnv env;
+  env.set("NCCL_FABRIC_STRIPE_MIN", "4096");
+  env.set("NCCL_FABRIC_EAGER_MAX", "0");
+  static const std::vector<int> kSizes = {
+      4096, 4097, 8192, 8193, 12289, (64 << 10) + 1, (1 << 20) + 1, (1 << 20) - 1, 3 * 4096 + 2};
+  auto sender = [&](Peer& peer) { sendEachInTurn(peer, kSizes, kTag); };
   auto receiver = [&](Peer& peer) { receiveEachInTurn(peer, kSizes, kTag, kTail); };
   runTwoProcesses(sender, receiver, 180);
 }

@@ -2,8 +2,11 @@
 // sequence number: 13 bits of sendrecv's tags, 16 bits of rdma's descriptors and eager headers.
 // NCCL_FABRIC_SEQUENCE_START (both ends) starts every tag a few messages before the wrap of
 // both, so that a short run crosses it with receives posted ahead (descriptors waiting for their
-// sends), behind (eager messages waiting for their receives) and grouped over several tags.
+// sends), behind (eager messages waiting for their receives, on rdma) and grouped over several
+// tags.
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -121,6 +124,76 @@ TEST(Wrap, OneTagAcrossTheWrapWithReceivesPostedAhead) {
 
 TEST(Wrap, OneTagAcrossTheWrapWithReceivesPostedBehind) {
   oneTag(/*receiverBehind=*/true);
+}
+
+// rdma: small messages that go eagerly while their receives are not posted yet, across the wrap.
+// Each waits in its bounce entry until its receive comes: the receiver must tell "not received
+// yet" (ahead of its tag's next number) from "received already" (behind it) modulo 2^16, or it
+// takes a message numbered after the wrap for one whose receive has gone and drops it. The
+// receiver goes quiet first (the sender then sends eagerly), as in eager_test.
+TEST(Wrap, EagerMessagesAcrossTheWrapWaitForTheirReceives) {
+  if (testProtocol() != "rdma") GTEST_SKIP() << "the eager path is the rdma protocol's";
+  ScopedEnv env;
+  startNearTheWrap(&env);
+  constexpr int kEager = 48;  // fewer than the receiver's 64 bounce entries
+  constexpr int kTag = 5, kWarmTag = 6;
+  constexpr int kSlot = 4096;
+  auto sizeOf = [](int m) { return (m * 37) % 2000; };
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer out(size_t{kSlot} * (kEager + 1));
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, out.data(), out.size(), &mh));
+    void* request;
+    // The first message goes by descriptor; the receive after it grants the bounce entries.
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, out.data(), 8, kWarmTag, mh, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the receiver is quiet
+    std::vector<void*> requests;
+    for (int m = 0; m < kEager; ++m) {
+      uint8_t* data = out.data() + size_t{kSlot} * (m + 1);
+      fillPattern(data, sizeOf(m), 900 + m);
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, data, sizeOf(m), kTag, mh, &request));
+      requests.push_back(request);
+    }
+    std::vector<int> sizes;
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));  // eager: no receive is posted
+    ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, out.data(), 8, kWarmTag, mh, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    ASSERT_TRUE(peer.channel->signal());
+    ASSERT_TRUE(peer.channel->wait());
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    HostBuffer in(kSlot);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, in.data(), in.size(), &mh));
+    void* request;
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, in.data(), 8, kWarmTag, mh, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    // Progress meanwhile (shm completes a write once its target progresses); the sender sends
+    // this once its eager sends have completed.
+    ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, in.data(), 8, kWarmTag, mh, &request));
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+    ASSERT_TRUE(peer.channel->wait());
+    for (int m = 0; m < kEager; ++m) {
+      fillSentinel(in.data(), in.size());
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, in.data(), kSlot, kTag, mh, &request));
+      int size = -1;
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &size)) << "message " << m;
+      ASSERT_EQ(size, sizeOf(m)) << "message " << m;
+      ASSERT_TRUE(verifyPattern(in.data(), sizeOf(m), 900 + m)) << "message " << m;
+    }
+    ASSERT_TRUE(peer.channel->signal());
+    dereg(peer, comm, mh);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 120);
 }
 
 // Grouped receives of maxRecvs buffers, one tag each, across the wrap: every tag wraps at once.

@@ -10,6 +10,7 @@
 #include "core/tags.h"
 #include "core/wire.h"
 #include "fuzz_common.h"
+#include "message_fuzz.h"
 
 namespace nnf::test {
 namespace {
@@ -20,10 +21,7 @@ using core::wire::ConnectMessage;
 // except for what it takes from this process (pid, host id) and the bytes it leaves zero
 // (the address past its length). Decoding the re-encoded message gives the same fields.
 void checkReencodes(const std::vector<uint8_t>& bytes, const ConnectMessage& decoded) {
-  ConnectMessage expected;
-  memcpy(&expected, bytes.data(), sizeof(expected));
-  expected.pid = core::wire::localPid();
-  expected.hostId = core::wire::localHostId();
+  ConnectMessage expected = fromThisProcess<ConnectMessage>(bytes);
   memset(expected.address + expected.addressLength, 0,
          core::wire::kMaxAddressLength - expected.addressLength);
   ConnectMessage again = core::wire::makeConnectMessage(
@@ -43,20 +41,7 @@ void checkReencodes(const std::vector<uint8_t>& bytes, const ConnectMessage& dec
 
 void decodeOnce(const std::vector<uint8_t>& bytes, uint32_t expectedListener) {
   ConnectMessage out;
-  memset(&out, 0xEE, sizeof(out));
-  std::string reason;
-  bool ok = core::wire::decodeConnectMessage(bytes.empty() ? nullptr : bytes.data(), bytes.size(),
-                                             expectedListener, &out, &reason);
-  if (!ok) {
-    NNF_FUZZ_CHECK(!reason.empty());
-    return;
-  }
-  NNF_FUZZ_CHECK(bytes.size() == sizeof(ConnectMessage));
-  // The decoder hands over the message as it arrived, and only one that keeps every rule.
-  NNF_FUZZ_CHECK(memcmp(&out, bytes.data(), sizeof(out)) == 0);
-  NNF_FUZZ_CHECK(out.magic == ConnectMessage::kMagic);
-  NNF_FUZZ_CHECK(out.version == core::wire::kVersion);
-  NNF_FUZZ_CHECK(out.length == sizeof(ConnectMessage));
+  if (!decodesAsArrived(bytes, expectedListener, core::wire::decodeConnectMessage, &out)) return;
   NNF_FUZZ_CHECK(out.listenerId == expectedListener);
   NNF_FUZZ_CHECK(out.senderCommId <= core::tags::kMaxCommId);
   NNF_FUZZ_CHECK(out.addressLength >= 1 && out.addressLength <= core::wire::kMaxAddressLength);
@@ -67,15 +52,7 @@ void decodeOnce(const std::vector<uint8_t>& bytes, uint32_t expectedListener) {
 }  // namespace nnf::test
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  // Exact-size copy: ASan flags any read past what "arrived".
-  std::vector<uint8_t> bytes(data, data + size);
-  // Against a fixed listener, and against whatever listener the message names, so that the
-  // fuzzer reaches the checks after the listener id.
-  nnf::test::decodeOnce(bytes, 7);
-  if (size >= offsetof(nnf::core::wire::ConnectMessage, listenerId) + sizeof(uint32_t)) {
-    uint32_t named;
-    memcpy(&named, data + offsetof(nnf::core::wire::ConnectMessage, listenerId), sizeof(named));
-    nnf::test::decodeOnce(bytes, named);
-  }
+  nnf::test::decodeForFixedAndNamedId(
+      data, size, offsetof(nnf::core::wire::ConnectMessage, listenerId), nnf::test::decodeOnce);
   return 0;
 }

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,34 @@ std::string ptrSupportReason(const Peer& peer) {
   return "no INFO line about ptrSupport";
 }
 
+// fi_getinfo for shm's FI_EP_RDM endpoints with FI_HMEM: 0 or the error.
+int getShmHmemInfo(fi_info** info) {
+  fi_info* hints = fi_allocinfo();
+  hints->caps = FI_TAGGED | FI_MSG | FI_HMEM;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->mr_mode =
+      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_HMEM;
+  hints->fabric_attr->prov_name = strdup("shm");
+  int rc =
+      fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints, info);
+  fi_freeinfo(hints);
+  return rc;
+}
+
+// What an endpoint of `info` answers when asked to make no CUDA calls
+// (FI_OPT_CUDA_API_PERMITTED=false, as the plugin asks): 0 or the error. *opened says whether
+// an endpoint opened at all (the error is fi_endpoint's otherwise).
+int askCudaCallBan(fid_domain* domain, fi_info* info, bool* opened) {
+  fid_ep* ep = nullptr;
+  int rc = fi_endpoint(domain, info, &ep, nullptr);
+  *opened = rc == 0;
+  if (rc != 0) return rc;
+  bool permitted = false;
+  rc = fi_setopt(&ep->fid, FI_OPT_ENDPOINT, kOptCudaApiPermitted, &permitted, sizeof(permitted));
+  fi_close(&ep->fid);
+  return rc;
+}
+
 // Where a message goes in the buffer: offsets that are not page aligned for small messages
 // (a registration serves its sub-ranges), and receive sizes above the send size now and then.
 struct Placement {
@@ -124,10 +153,74 @@ void regGpu(Peer& peer, void* comm, const DeviceBuffer& buffer, void** mhandle) 
   ASSERT_NE(*mhandle, nullptr);
 }
 
-// Receive side of one message: checks what test and iflush say, then copies the bytes back
-// from the GPU and compares them, and the guard bytes after them.
+enum class Role { kSender, kReceiver };
+
+// One process's end of a two-process check: the driver, its comm (a receiver's also the listen
+// comm it came from) and one GPU buffer registered on that comm; where asked, also a host buffer
+// of the same size registered on it.
+struct GpuEnd {
+  Role role = Role::kSender;
+  CudaApi cuda;
+  std::unique_ptr<DeviceBuffer> buffer;
+  std::unique_ptr<HostBuffer> host;
+  void* listen = nullptr;
+  void* comm = nullptr;
+  void* mh = nullptr;
+  void* hostMh = nullptr;
+};
+
+enum class HostToo { kNo, kYes };
+
+// Opens the driver, connects to (sender) or accepts (receiver) the other process, and allocates
+// and registers the buffers of `bytes`.
+void openEnd(Peer& peer, Role role, size_t bytes, GpuEnd* end, HostToo hostToo = HostToo::kNo) {
+  end->role = role;
+  ASSERT_NO_FATAL_FAILURE(openCuda(end->cuda));
+  if (role == Role::kSender) {
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &end->comm));
+  } else {
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &end->listen, &end->comm));
+  }
+  end->buffer = std::make_unique<DeviceBuffer>(end->cuda, bytes);
+  ASSERT_NO_FATAL_FAILURE(allocated(end->cuda, *end->buffer));
+  ASSERT_NO_FATAL_FAILURE(regGpu(peer, end->comm, *end->buffer, &end->mh));
+  if (hostToo == HostToo::kYes) {
+    end->host = std::make_unique<HostBuffer>(bytes);
+    ASSERT_NO_FATAL_FAILURE(
+        regHost(peer, end->comm, end->host->data(), end->host->size(), &end->hostMh));
+  }
+}
+
+void closeEnd(Peer& peer, GpuEnd& end) {
+  dereg(peer, end.comm, end.mh);
+  if (end.hostMh != nullptr) dereg(peer, end.comm, end.hostMh);
+  if (end.role == Role::kSender) {
+    closeSend(peer, end.comm);
+  } else {
+    closeRecv(peer, end.comm);
+    closeListen(peer, end.listen);
+  }
+}
+
+// Copies a received message of `length` bytes at `offset`, and the `guard` bytes after it, back
+// from the GPU: the message must carry pattern `message`, the guard bytes their sentinel.
+void checkGpuBytes(const DeviceBuffer& buffer, size_t offset, size_t length, size_t guard,
+                   uint64_t message, Moved moved) {
+  std::vector<uint8_t> bytes;
+  int result = buffer.read(offset, length + guard, &bytes);
+  ASSERT_EQ(result, 0) << "cuMemcpyDtoH failed with CUDA error " << result;
+  ::testing::AssertionResult same = verifyPattern(bytes.data(), length, message);
+  ASSERT_TRUE(same) << "GPU bytes wrong after the transfer: " << same.message();
+  ::testing::AssertionResult kept = verifySentinel(bytes.data() + length, guard, kSentinel);
+  ASSERT_TRUE(kept) << "GPU bytes written past the message: " << kept.message();
+  recordVerified(moved, length);
+}
+
+// Receive side of one message into GPU memory: checks what test and iflush say, then the bytes
+// (checkGpuBytes).
 void checkReceived(Peer& peer, void* comm, const DeviceBuffer& buffer, void* mhandle, size_t offset,
-                   int expected, int received, size_t guard, uint64_t message, bool readFlush) {
+                   int expected, int received, size_t guard, uint64_t message, bool readFlush,
+                   Moved moved = Moved::kGpuToGpu) {
   ASSERT_EQ(received, expected) << "test reported " << received << " bytes";
   void* data[1] = {buffer.at(offset)};
   int sizes[1] = {received};
@@ -143,15 +236,8 @@ void checkReceived(Peer& peer, void* comm, const DeviceBuffer& buffer, void* mha
   if (flush != nullptr) {
     ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
   }
-  std::vector<uint8_t> bytes;
-  size_t length = static_cast<size_t>(expected);
-  int result = buffer.read(offset, length + guard, &bytes);
-  ASSERT_EQ(result, 0) << "cuMemcpyDtoH failed with CUDA error " << result;
-  ::testing::AssertionResult same = verifyPattern(bytes.data(), length, message);
-  ASSERT_TRUE(same) << "GPU bytes wrong after the transfer: " << same.message();
-  ::testing::AssertionResult kept = verifySentinel(bytes.data() + length, guard, kSentinel);
-  ASSERT_TRUE(kept) << "GPU bytes written past the message: " << kept.message();
-  recordVerified(Moved::kGpuToGpu, length);
+  ASSERT_NO_FATAL_FAILURE(
+      checkGpuBytes(buffer, offset, static_cast<size_t>(expected), guard, message, moved));
 }
 
 class GpuCheck : public ::testing::Test {
@@ -227,20 +313,11 @@ TEST_F(GpuCheck, B_LibfabricShmRegistersCudaMemory) {
         std::string library = std::string("libfabric ") + std::to_string(FI_MAJOR(fi_version())) +
                               "." + std::to_string(FI_MINOR(fi_version())) + " (" +
                               (where.dli_fname != nullptr ? where.dli_fname : "?") + ")";
-        fi_info* hints = fi_allocinfo();
-        hints->caps = FI_TAGGED | FI_MSG | FI_HMEM;
-        hints->ep_attr->type = FI_EP_RDM;
-        hints->domain_attr->mr_mode =
-            FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_HMEM;
-        hints->fabric_attr->prov_name = strdup("shm");
         fi_info* info = nullptr;
-        int rc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0,
-                            hints, &info);
-        fi_freeinfo(hints);
+        int rc = getShmHmemInfo(&info);
         ASSERT_EQ(rc, 0) << library << ": shm offers no FI_HMEM endpoint: " << fi_strerror(-rc);
         fid_fabric* fabric = nullptr;
         fid_domain* domain = nullptr;
-        fid_ep* ep = nullptr;
         ASSERT_EQ(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
         ASSERT_EQ(fi_domain(fabric, info, &domain, nullptr), 0);
         iovec range{buffer.at(0), buffer.size()};
@@ -259,14 +336,11 @@ TEST_F(GpuCheck, B_LibfabricShmRegistersCudaMemory) {
                                  << "(FI_LOG_LEVEL=info names what it could not load)";
         if (mr != nullptr) fi_close(&mr->fid);
         // What shm answers to the ban on CUDA calls decides test C below; printed for the record.
-        std::string ban = "no endpoint";
-        if (fi_endpoint(domain, info, &ep, nullptr) == 0) {
-          bool permitted = false;
-          rc = fi_setopt(&ep->fid, FI_OPT_ENDPOINT, kOptCudaApiPermitted, &permitted,
-                         sizeof(permitted));
-          ban = rc == 0 ? "accepted" : std::string("refused: ") + fi_strerror(-rc);
-          fi_close(&ep->fid);
-        }
+        bool opened = false;
+        rc = askCudaCallBan(domain, info, &opened);
+        std::string ban = !opened   ? "no endpoint"
+                          : rc == 0 ? "accepted"
+                                    : std::string("refused: ") + fi_strerror(-rc);
         printf(
             "[ GPU ] %s: shm FI_HMEM_CUDA registration of cuMemAlloc memory: %s; "
             "FI_OPT_CUDA_API_PERMITTED=false %s\n",
@@ -288,27 +362,15 @@ TEST_F(GpuCheck, C_PlainShmOffersGpuMemoryOnlyIfItAcceptsTheCudaCallBan) {
       [](Peer& peer) {
         CudaApi cuda;
         ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-        fi_info* hints = fi_allocinfo();
-        hints->caps = FI_TAGGED | FI_MSG | FI_HMEM;
-        hints->ep_attr->type = FI_EP_RDM;
-        hints->domain_attr->mr_mode =
-            FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_HMEM;
-        hints->fabric_attr->prov_name = strdup("shm");
         fi_info* info = nullptr;
-        ASSERT_EQ(fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0,
-                             hints, &info),
-                  0);
-        fi_freeinfo(hints);
+        ASSERT_EQ(getShmHmemInfo(&info), 0);
         fid_fabric* fabric = nullptr;
         fid_domain* domain = nullptr;
-        fid_ep* ep = nullptr;
         ASSERT_EQ(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
         ASSERT_EQ(fi_domain(fabric, info, &domain, nullptr), 0);
-        ASSERT_EQ(fi_endpoint(domain, info, &ep, nullptr), 0);
-        bool permitted = false;
-        bool banAccepted = fi_setopt(&ep->fid, FI_OPT_ENDPOINT, kOptCudaApiPermitted, &permitted,
-                                     sizeof(permitted)) == 0;
-        fi_close(&ep->fid);
+        bool opened = false;
+        bool banAccepted = askCudaCallBan(domain, info, &opened) == 0;
+        ASSERT_TRUE(opened) << "no shm endpoint";
         fi_close(&domain->fid);
         fi_close(&fabric->fid);
         fi_freeinfo(info);
@@ -330,14 +392,9 @@ TEST_F(GpuCheck, C_PlainShmOffersGpuMemoryOnlyIfItAcceptsTheCudaCallBan) {
 void GpuCheck::sweep(int pass, const std::vector<int>& sizes, bool readFlush) {
   for (int size : sizes) g_expectedGpuBytes += static_cast<uint64_t>(size);
   auto sender = [&](Peer& peer) {
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void* comm;
-    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    DeviceBuffer buffer(cuda, kCapacity);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, buffer));
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, buffer, &mh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kSender, kCapacity, &end));
+    DeviceBuffer& buffer = *end.buffer;
     for (size_t i = 0; i < sizes.size(); ++i) {
       SCOPED_TRACE("message " + std::to_string(i) + ": " + std::to_string(sizes[i]) + " bytes");
       Placement where = place(i, sizes[i]);
@@ -345,40 +402,32 @@ void GpuCheck::sweep(int pass, const std::vector<int>& sizes, bool readFlush) {
       ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));  // the receive is posted
       void* request;
       ASSERT_NO_FATAL_FAILURE(
-          postSend(peer, comm, buffer.at(where.offset), sizes[i], kTag, mh, &request));
+          postSend(peer, end.comm, buffer.at(where.offset), sizes[i], kTag, end.mh, &request));
       ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
       ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));  // checked: the buffer may be reused
     }
-    dereg(peer, comm, mh);
-    closeSend(peer, comm);
+    closeEnd(peer, end);
   };
   auto receiver = [&](Peer& peer) {
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void *listen, *comm;
-    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    DeviceBuffer buffer(cuda, kCapacity);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, buffer));
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, buffer, &mh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kReceiver, kCapacity, &end));
+    DeviceBuffer& buffer = *end.buffer;
     for (size_t i = 0; i < sizes.size(); ++i) {
       SCOPED_TRACE("message " + std::to_string(i) + ": " + std::to_string(sizes[i]) + " bytes");
       Placement where = place(i, sizes[i]);
       recordExpected(Moved::kGpuToGpu, static_cast<uint64_t>(sizes[i]));
       ASSERT_EQ(buffer.fillByte(where.offset, sizes[i] + where.guard, kSentinel), 0);
       void* request;
-      ASSERT_NO_FATAL_FAILURE(
-          postRecv(peer, comm, buffer.at(where.offset), where.capacity, kTag, mh, &request));
+      ASSERT_NO_FATAL_FAILURE(postRecv(peer, end.comm, buffer.at(where.offset), where.capacity,
+                                       kTag, end.mh, &request));
       ASSERT_TRUE(peer.channel->signal());
       int received = -1;
       ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &received));
-      ASSERT_NO_FATAL_FAILURE(checkReceived(peer, comm, buffer, mh, where.offset, sizes[i],
+      ASSERT_NO_FATAL_FAILURE(checkReceived(peer, end.comm, buffer, end.mh, where.offset, sizes[i],
                                             received, where.guard, messageId(pass, i), readFlush));
       ASSERT_TRUE(peer.channel->signal());
     }
-    dereg(peer, comm, mh);
-    closeRecv(peer, comm);
-    closeListen(peer, listen);
+    closeEnd(peer, end);
   };
   runTwoProcesses(sender, receiver, kTimeoutSec);
 }
@@ -408,60 +457,49 @@ TEST_F(GpuCheck, F_EightGpuMessagesInFlight) {
     return messageId(3, static_cast<size_t>(round * 100 + k));
   };
   auto sender = [&](Peer& peer) {
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void* comm;
-    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    DeviceBuffer buffer(cuda, kCapacity);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, buffer));
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, buffer, &mh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kSender, kCapacity, &end));
+    DeviceBuffer& buffer = *end.buffer;
     for (int round = 0; round < kRounds; ++round) {
       for (int k = 0; k < kInFlight; ++k)
         ASSERT_EQ(buffer.fillPattern(k * kSlot, sizeOf(round, k), message(round, k)), 0);
       ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));
       std::vector<void*> requests(kInFlight);
       for (int k = 0; k < kInFlight; ++k)
-        ASSERT_NO_FATAL_FAILURE(
-            postSend(peer, comm, buffer.at(k * kSlot), sizeOf(round, k), kTag, mh, &requests[k]));
+        ASSERT_NO_FATAL_FAILURE(postSend(peer, end.comm, buffer.at(k * kSlot), sizeOf(round, k),
+                                         kTag, end.mh, &requests[k]));
       std::vector<int> done;
       ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &done));
       ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));
     }
-    dereg(peer, comm, mh);
-    closeSend(peer, comm);
+    closeEnd(peer, end);
   };
   auto receiver = [&](Peer& peer) {
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void *listen, *comm;
-    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    DeviceBuffer buffer(cuda, kCapacity);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, buffer));
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, buffer, &mh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kReceiver, kCapacity, &end));
+    DeviceBuffer& buffer = *end.buffer;
     for (int round = 0; round < kRounds; ++round) {
       SCOPED_TRACE("round " + std::to_string(round));
       std::vector<void*> requests(kInFlight);
       for (int k = 0; k < kInFlight; ++k) {
         recordExpected(Moved::kGpuToGpu, static_cast<uint64_t>(sizeOf(round, k)));
         ASSERT_EQ(buffer.fillByte(k * kSlot, sizeOf(round, k) + kGuard, kSentinel), 0);
-        ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.at(k * kSlot),
-                                         static_cast<int>(kSlot - kGuard), kTag, mh, &requests[k]));
+        ASSERT_NO_FATAL_FAILURE(postRecv(peer, end.comm, buffer.at(k * kSlot),
+                                         static_cast<int>(kSlot - kGuard), kTag, end.mh,
+                                         &requests[k]));
       }
       ASSERT_TRUE(peer.channel->signal());
       std::vector<int> received;
       ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &received));
       for (int k = 0; k < kInFlight; ++k) {
         SCOPED_TRACE("receive " + std::to_string(k) + " of the round (posting order)");
-        ASSERT_NO_FATAL_FAILURE(checkReceived(peer, comm, buffer, mh, k * kSlot, sizeOf(round, k),
-                                              received[k], kGuard, message(round, k), true));
+        ASSERT_NO_FATAL_FAILURE(checkReceived(peer, end.comm, buffer, end.mh, k * kSlot,
+                                              sizeOf(round, k), received[k], kGuard,
+                                              message(round, k), true));
       }
       ASSERT_TRUE(peer.channel->signal());
     }
-    dereg(peer, comm, mh);
-    closeRecv(peer, comm);
-    closeListen(peer, listen);
+    closeEnd(peer, end);
   };
   runTwoProcesses(sender, receiver, kTimeoutSec);
 }
@@ -480,14 +518,9 @@ TEST_F(GpuCheck, G_GroupedReceivesIntoGpuBuffers) {
   };
   auto sender = [&](Peer& peer) {
     const int maxRecvs = peer.props.maxRecvs;
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void* comm;
-    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    DeviceBuffer buffer(cuda, kCapacity);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, buffer));
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, buffer, &mh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kSender, kCapacity, &end));
+    DeviceBuffer& buffer = *end.buffer;
     for (int round = 0; round < kRounds; ++round) {
       const int n = countOf(round, maxRecvs);
       for (int k = 0; k < n; ++k)
@@ -498,34 +531,28 @@ TEST_F(GpuCheck, G_GroupedReceivesIntoGpuBuffers) {
       for (int j = 0; j < n; ++j) {
         int k = (n - 1 - j + round) % n;
         void* request;
-        ASSERT_NO_FATAL_FAILURE(
-            postSend(peer, comm, buffer.at(k * kSlot), sizeOf(round, k), tagOf(k), mh, &request));
+        ASSERT_NO_FATAL_FAILURE(postSend(peer, end.comm, buffer.at(k * kSlot), sizeOf(round, k),
+                                         tagOf(k), end.mh, &request));
         requests.push_back(request);
       }
       std::vector<int> done;
       ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &done));
       ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));
     }
-    dereg(peer, comm, mh);
-    closeSend(peer, comm);
+    closeEnd(peer, end);
   };
   auto receiver = [&](Peer& peer) {
     const int maxRecvs = peer.props.maxRecvs;
     ASSERT_GE(maxRecvs, 2) << "the device reports maxRecvs=" << maxRecvs
                            << ": grouped receives cannot be checked";
     ASSERT_LE(maxRecvs * kSlot, kCapacity);
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void *listen, *comm;
-    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    DeviceBuffer buffer(cuda, kCapacity);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, buffer));
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, buffer, &mh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kReceiver, kCapacity, &end));
+    DeviceBuffer& buffer = *end.buffer;
     for (int round = 0; round < kRounds; ++round) {
       SCOPED_TRACE("round " + std::to_string(round));
       const int n = countOf(round, maxRecvs);
-      std::vector<void*> data(n), handles(n, mh);
+      std::vector<void*> data(n), handles(n, end.mh);
       std::vector<int> capacities(n, static_cast<int>(kSlot - kGuard)), tags(n);
       for (int k = 0; k < n; ++k) {
         recordExpected(Moved::kGpuToGpu, static_cast<uint64_t>(sizeOf(round, k)));
@@ -534,7 +561,7 @@ TEST_F(GpuCheck, G_GroupedReceivesIntoGpuBuffers) {
         tags[k] = tagOf(k);
       }
       void* request;
-      ASSERT_NO_FATAL_FAILURE(postRecvGroup(peer, comm, n, data.data(), capacities.data(),
+      ASSERT_NO_FATAL_FAILURE(postRecvGroup(peer, end.comm, n, data.data(), capacities.data(),
                                             tags.data(), handles.data(), &request));
       ASSERT_TRUE(peer.channel->signal());
       std::vector<int> received(n, -1);
@@ -545,7 +572,7 @@ TEST_F(GpuCheck, G_GroupedReceivesIntoGpuBuffers) {
         anyData = anyData || received[k] > 0;
       }
       void* flush = reinterpret_cast<void*>(0x1);
-      ASSERT_EQ(peer.net->iflush(comm, n, data.data(), received.data(), handles.data(), &flush),
+      ASSERT_EQ(peer.net->iflush(end.comm, n, data.data(), received.data(), handles.data(), &flush),
                 abi::kSuccess);
       if (anyData) {
         ASSERT_NE(flush, nullptr) << "a grouped GPU receive needs its flush read";
@@ -555,20 +582,12 @@ TEST_F(GpuCheck, G_GroupedReceivesIntoGpuBuffers) {
       }
       for (int k = 0; k < n; ++k) {
         SCOPED_TRACE("buffer " + std::to_string(k));
-        std::vector<uint8_t> bytes;
-        size_t length = static_cast<size_t>(received[k]);
-        ASSERT_EQ(buffer.read(k * kSlot, length + kGuard, &bytes), 0);
-        ::testing::AssertionResult same = verifyPattern(bytes.data(), length, message(round, k));
-        ASSERT_TRUE(same) << "GPU bytes wrong after the grouped receive: " << same.message();
-        ::testing::AssertionResult kept = verifySentinel(bytes.data() + length, kGuard, kSentinel);
-        ASSERT_TRUE(kept) << "GPU bytes written past the message: " << kept.message();
-        recordVerified(Moved::kGpuToGpu, length);
+        ASSERT_NO_FATAL_FAILURE(checkGpuBytes(buffer, k * kSlot, static_cast<size_t>(received[k]),
+                                              kGuard, message(round, k), Moved::kGpuToGpu));
       }
       ASSERT_TRUE(peer.channel->signal());
     }
-    dereg(peer, comm, mh);
-    closeRecv(peer, comm);
-    closeListen(peer, listen);
+    closeEnd(peer, end);
   };
   // The parent cannot ask the plugin for maxRecvs: its floor counts groups of 2.
   for (int round = 0; round < kRounds; ++round)
@@ -582,16 +601,10 @@ TEST_F(GpuCheck, G_GroupedReceivesIntoGpuBuffers) {
 TEST_F(GpuCheck, H_GpuToHostAndHostToGpu) {
   const std::vector<int> sizes = {1, 64, 4096, 65537, 1 << 20, 8 << 20};
   auto sender = [&](Peer& peer) {
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void* comm;
-    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    DeviceBuffer gpu(cuda, 16 * kMiB);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, gpu));
-    HostBuffer host(16 * kMiB);
-    void *gpuMh, *hostMh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, gpu, &gpuMh));
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostMh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kSender, 16 * kMiB, &end, HostToo::kYes));
+    DeviceBuffer& gpu = *end.buffer;
+    HostBuffer& host = *end.host;
     for (size_t i = 0; i < sizes.size(); ++i) {
       for (bool fromGpu : {true, false}) {
         uint64_t message = messageId(5, 2 * i + (fromGpu ? 0 : 1));
@@ -602,27 +615,19 @@ TEST_F(GpuCheck, H_GpuToHostAndHostToGpu) {
         }
         ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));
         void* request;
-        ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, fromGpu ? gpu.at(0) : host.data(), sizes[i],
-                                         kTag, fromGpu ? gpuMh : hostMh, &request));
+        ASSERT_NO_FATAL_FAILURE(postSend(peer, end.comm, fromGpu ? gpu.at(0) : host.data(),
+                                         sizes[i], kTag, fromGpu ? end.mh : end.hostMh, &request));
         ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
         ASSERT_TRUE(peer.channel->wait(kOpTimeoutSec));
       }
     }
-    dereg(peer, comm, gpuMh);
-    dereg(peer, comm, hostMh);
-    closeSend(peer, comm);
+    closeEnd(peer, end);
   };
   auto receiver = [&](Peer& peer) {
-    CudaApi cuda;
-    ASSERT_NO_FATAL_FAILURE(openCuda(cuda));
-    void *listen, *comm;
-    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    DeviceBuffer gpu(cuda, 16 * kMiB);
-    ASSERT_NO_FATAL_FAILURE(allocated(cuda, gpu));
-    HostBuffer host(16 * kMiB);
-    void *gpuMh, *hostMh;
-    ASSERT_NO_FATAL_FAILURE(regGpu(peer, comm, gpu, &gpuMh));
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, host.data(), host.size(), &hostMh));
+    GpuEnd end;
+    ASSERT_NO_FATAL_FAILURE(openEnd(peer, Role::kReceiver, 16 * kMiB, &end, HostToo::kYes));
+    DeviceBuffer& gpu = *end.buffer;
+    HostBuffer& host = *end.host;
     for (size_t i = 0; i < sizes.size(); ++i) {
       // A GPU send lands in host memory, a host send in GPU memory.
       for (bool fromGpu : {true, false}) {
@@ -637,45 +642,32 @@ TEST_F(GpuCheck, H_GpuToHostAndHostToGpu) {
           ASSERT_EQ(gpu.fillByte(0, length + kGuard, kSentinel), 0);
         }
         void* request;
-        ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, fromGpu ? host.data() : gpu.at(0),
+        ASSERT_NO_FATAL_FAILURE(postRecv(peer, end.comm, fromGpu ? host.data() : gpu.at(0),
                                          static_cast<int>(16 * kMiB - kGuard), kTag,
-                                         fromGpu ? hostMh : gpuMh, &request));
+                                         fromGpu ? end.hostMh : end.mh, &request));
         ASSERT_TRUE(peer.channel->signal());
         int received = -1;
         ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &received));
         if (fromGpu) {
           ASSERT_EQ(received, sizes[i]);
           void* data[1] = {host.data()};
-          void* handles[1] = {hostMh};
+          void* handles[1] = {end.hostMh};
           void* flush = reinterpret_cast<void*>(0x1);
-          ASSERT_EQ(peer.net->iflush(comm, 1, data, &received, handles, &flush), abi::kSuccess);
+          ASSERT_EQ(peer.net->iflush(end.comm, 1, data, &received, handles, &flush), abi::kSuccess);
           ASSERT_EQ(flush, nullptr) << "host memory needs no flush";
           ::testing::AssertionResult same = verifyPattern(host.data(), length, message);
           ASSERT_TRUE(same) << "GPU bytes wrong in host memory: " << same.message();
           ASSERT_TRUE(verifySentinel(host.data() + length, kGuard, kSentinel));
           recordVerified(Moved::kGpuToHost, length);
         } else {
-          std::vector<uint8_t> bytes;
-          ASSERT_EQ(received, sizes[i]);
-          void* data[1] = {gpu.at(0)};
-          void* handles[1] = {gpuMh};
-          void* flush = reinterpret_cast<void*>(0x1);
-          ASSERT_EQ(peer.net->iflush(comm, 1, data, &received, handles, &flush), abi::kSuccess);
-          ASSERT_NE(flush, nullptr) << "a GPU receive needs its flush read";
-          ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
-          ASSERT_EQ(gpu.read(0, length + kGuard, &bytes), 0);
-          ::testing::AssertionResult same = verifyPattern(bytes.data(), length, message);
-          ASSERT_TRUE(same) << "host bytes wrong in GPU memory: " << same.message();
-          ASSERT_TRUE(verifySentinel(bytes.data() + length, kGuard, kSentinel));
-          recordVerified(Moved::kHostToGpu, length);
+          ASSERT_NO_FATAL_FAILURE(checkReceived(peer, end.comm, gpu, end.mh, 0, sizes[i], received,
+                                                kGuard, message, /*readFlush=*/true,
+                                                Moved::kHostToGpu));
         }
         ASSERT_TRUE(peer.channel->signal());
       }
     }
-    dereg(peer, comm, gpuMh);
-    dereg(peer, comm, hostMh);
-    closeRecv(peer, comm);
-    closeListen(peer, listen);
+    closeEnd(peer, end);
   };
   runTwoProcesses(sender, receiver, kTimeoutSec);
 }

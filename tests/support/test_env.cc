@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/processes.h"
+
 namespace nnf::test {
 
 std::string sharedFixturesDir() {
@@ -171,26 +173,126 @@ std::vector<std::string> readEfaRulesReport(const std::string& path) {
   return lines;
 }
 
+std::map<std::string, uint64_t> readEfaRulesEvidence(const std::string& path) {
+  // Each line holds a process's totals so far: the last one of each process counts.
+  std::map<std::string, std::map<std::string, uint64_t>> latest;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string word, pid;
+    if (!(fields >> word) || word != "rules" || !(fields >> pid) || pid.rfind("pid=", 0) != 0)
+      continue;
+    std::map<std::string, uint64_t> counts;
+    while (fields >> word) {
+      size_t equals = word.find('=');
+      if (equals == std::string::npos) continue;
+      counts[word.substr(0, equals)] = std::strtoull(word.c_str() + equals + 1, nullptr, 10);
+    }
+    latest[pid] = counts;
+  }
+  std::map<std::string, uint64_t> sum;
+  for (const auto& [pid, counts] : latest) {
+    for (const auto& [name, count] : counts) sum[name] += count;
+  }
+  return sum;
+}
+
+namespace {
+
+// Completions handed out while others waited, past which some must have been reordered: each
+// overtakes an older one with probability at least 1/2 (tests/efa_rules/cq.cc), so a correct
+// stand-in fails this with probability below 2^-32.
+constexpr uint64_t kReorderChances = 32;
+
+// Each rule the suites rely on: the count of posts it applies to, the count of its checks, and
+// what it stands for.
+struct RuleEvidence {
+  const char* applies;
+  const char* checked;
+  const char* rule;
+};
+constexpr RuleEvidence kRuleEvidence[] = {
+    {"buffer_posts", "descriptor_checks", "FI_MR_LOCAL: every buffer posted with its descriptor"},
+    {"injects", "inject_checks", "no inject from device memory"},
+    {"tagged_posts", "tag_checks", "tags within mem_tag_format"},
+    {"described_posts", "domain_checks", "descriptors of the endpoint's own domain"},
+    {"nic_keyed_rma", "remote_key_checks", "remote keys of the target endpoint's NIC"},
+    {"multi_iov_data_writes", "emulated_checks", "emulated writes copied as desc[0]'s memory"},
+    {"data_posts", "immediate_checks", "EFA's 4 bytes of immediate data"},
+    {"data_writes", "write_size_checks", "writes with data no longer than EFA's 1 GiB"},
+    {"first_posts_to_peers", "handshake_eagains", "-FI_EAGAIN until a peer's handshake"},
+    {"tagged_recvs", "roomy_recvs", "EFA's truncation error for a tagged receive"},
+};
+
+uint64_t countOf(const std::map<std::string, uint64_t>& evidence, const char* name) {
+  auto found = evidence.find(name);
+  return found == evidence.end() ? 0 : found->second;
+}
+
+}  // namespace
+
+std::vector<std::string> efaRulesEvidenceGaps(const std::map<std::string, uint64_t>& evidence) {
+  std::vector<std::string> gaps;
+  uint64_t chances = countOf(evidence, "reorderable");
+  if (chances >= kReorderChances && countOf(evidence, "reordered") == 0) {
+    gaps.push_back("completions in order: none of " + std::to_string(chances) +
+                   " handed out while older ones waited overtook one (NNF_EFA_RULES_REORDER)");
+  }
+  for (const RuleEvidence& rule : kRuleEvidence) {
+    uint64_t applies = countOf(evidence, rule.applies);
+    if (applies > 0 && countOf(evidence, rule.checked) == 0) {
+      gaps.push_back(std::string(rule.rule) + ": " + std::to_string(applies) + " " + rule.applies +
+                     ", no " + rule.checked);
+    }
+  }
+  return gaps;
+}
+
 namespace {
 
 // After the last test of a process run on the EFA-rules provider: any rule broken in this
-// process or its children fails the run, with the provider's own words.
+// process or its children fails the run, with the provider's own words; so does a stand-in
+// whose own statistics say that it did not reorder or did not check what the plugin relies on
+// it to (so that a weakened stand-in fails the plugin's suites, not only its own tests).
 class EfaRulesReportCheck : public ::testing::Environment {
  public:
   void TearDown() override {
     std::string path = efaRulesReport();
     std::vector<std::string> lines = readEfaRulesReport(path);
     unlink(path.c_str());
-    unlink(efaRulesStats().c_str());
     std::string all;
     for (const std::string& line : lines) all += "  " + line + "\n";
     EXPECT_TRUE(lines.empty()) << "the plugin broke EFA rules (" << lines.size()
                                << " report lines):\n"
                                << all;
+    EXPECT_TRUE(efaRulesEvidenceHolds(efaRulesStats()));
+    unlink(efaRulesStats().c_str());
   }
 };
 
+void writeEfaRulesStatsAtExit() {
+  writeEfaRulesStats();
+}
+
 }  // namespace
+
+void writeEfaRulesStatsAtChildExit() {
+  addChildExitHook(writeEfaRulesStatsAtExit);
+}
+
+::testing::AssertionResult efaRulesEvidenceHolds(const std::string& statsPath) {
+  writeEfaRulesStats();  // this process's own share, where it used the provider
+  std::map<std::string, uint64_t> evidence = readEfaRulesEvidence(statsPath);
+  std::vector<std::string> gaps = efaRulesEvidenceGaps(evidence);
+  if (gaps.empty()) return ::testing::AssertionSuccess();
+  std::string said;
+  for (const auto& [name, count] : evidence) said += " " + name + "=" + std::to_string(count);
+  std::string missing;
+  for (const std::string& gap : gaps) missing += "  " + gap + "\n";
+  return ::testing::AssertionFailure()
+         << "the EFA-rules stand-in was not what the suites rely on:\n"
+         << missing << "its evidence:" << said;
+}
 
 void useTestProvider(const std::string& value) {
   std::string provider = providerPart(value);
@@ -233,6 +335,7 @@ void useTestProvider(const std::string& value) {
     unlink(efaRulesStats().c_str());
     setenv("NNF_EFA_RULES_STATS", efaRulesStats().c_str(), 1);
   }
+  writeEfaRulesStatsAtChildExit();
   if (testRails() > 1) {
     setenv("NNF_EFA_RULES_NICS", std::to_string(testRails()).c_str(), 1);
     std::string group = efaRulesDomainName(0);

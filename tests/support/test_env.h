@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 namespace nnf::test {
 
 // ../shared/fixtures beside the checkout (or NNF_SHARED_FIXTURES), "" when absent: tests that
@@ -80,6 +82,22 @@ std::map<std::string, EfaRulesTraffic> readEfaRulesStats(const std::string& path
 // Bytes this process has written by RMA on the EFA-rules provider so far, every NIC summed;
 // false when that provider is not loaded here.
 bool efaRulesWrittenHere(uint64_t* written);
+
+// The EFA-rules provider's evidence that its rules were at work (tests/efa_rules/efa_rules.h,
+// Evidence; the "rules pid=<pid> <name>=<count> ..." lines of the stats file): per name, the
+// latest totals of each process, summed over the processes.
+std::map<std::string, uint64_t> readEfaRulesEvidence(const std::string& path);
+// What that evidence says the stand-in failed to do: each rule that applied to posts of the run
+// without ever checking one, and no completion reordered although many could have been (a
+// stand-in weakened by a setting or an edit). Empty when all is well.
+std::vector<std::string> efaRulesEvidenceGaps(const std::map<std::string, uint64_t>& evidence);
+// The gaps of the evidence in `statsPath` (this process's share written first), as an assertion:
+// every test process on the EFA-rules provider ends with it (useTestProvider), and so do the
+// tests that set the provider up themselves (tests/efa).
+::testing::AssertionResult efaRulesEvidenceHolds(const std::string& statsPath);
+// Has every child forked from now on (support/processes.h) write the stand-in's totals as it
+// leaves: children end with _exit, which skips the stand-in's own writing at exit.
+void writeEfaRulesStatsAtChildExit();
 
 // The EFA-rules provider's directory (FI_PROVIDER_PATH: NNF_EFA_RULES_DIR, else the build
 // tree's) and this test process's report file.

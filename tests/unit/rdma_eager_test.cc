@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include "protocol/rdma_eager.h"
+#include "protocol/rdma_eager_credits.h"
+#include "protocol/rdma_eager_inbox.h"
 #include "protocol/rdma_matching.h"
+#include "protocol/rdma_slot_progress.h"
 #include "protocol/rdma_wire.h"
 
 namespace nnf::protocol::rdma {
@@ -144,6 +147,20 @@ TEST(RdmaEagerInbox, EntriesFreedOutOfOrderAreReturnedInEagerOrder) {
   inbox.copying(3);
   EXPECT_EQ(inbox.find(1, 3), kEagerEntries) << "an entry being copied is taken";
   EXPECT_EQ(inbox.free(3), 4u);
+}
+
+// An entry whose message the NIC is still copying into GPU memory (an RDMA read) holds back the
+// credits of every entry after it, however those are freed: the sender must not write into it
+// before the read has completed.
+TEST(RdmaEagerInbox, AnEntryStillBeingCopiedHoldsBackTheEntriesFreedAfterIt) {
+  EagerInbox inbox;
+  for (uint32_t e = 0; e < 4; ++e) ASSERT_TRUE(inbox.land(e, 1, static_cast<uint16_t>(e), 10));
+  inbox.copying(0);
+  EXPECT_EQ(inbox.free(1), 0u) << "entry 0 is still being read: nothing may be returned";
+  EXPECT_EQ(inbox.free(2), 0u);
+  EXPECT_FALSE(inbox.land(0, 1, 9, 10)) << "an entry being read written again";
+  EXPECT_EQ(inbox.free(0), 3u) << "the read done: entries 0..2 are the sender's again";
+  EXPECT_EQ(inbox.held(), 1u);
 }
 
 TEST(RdmaEagerSlot, AnEagerMessageAndItsVoidMeetInEitherOrder) {

@@ -7,6 +7,7 @@
 
 #include "nccl_net/net.h"
 #include "protocol/rdma_matching.h"
+#include "protocol/rdma_slot_progress.h"
 #include "protocol/rdma_wire.h"
 
 namespace nnf::protocol::rdma {

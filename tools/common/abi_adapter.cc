@@ -7,38 +7,26 @@ namespace {
 
 using abi::Result;
 
+// Each version's table and properties types.
+template <typename NetT, typename PropsT>
+struct TypesOf {
+  using Net = NetT;
+  using Props = PropsT;
+};
 template <int V>
 struct Types;
 template <>
-struct Types<6> {
-  using Net = abi::NetV6;
-  using Props = abi::PropertiesV6;
-};
+struct Types<6> : TypesOf<abi::NetV6, abi::PropertiesV6> {};
 template <>
-struct Types<7> {
-  using Net = abi::NetV7;
-  using Props = abi::PropertiesV7;
-};
+struct Types<7> : TypesOf<abi::NetV7, abi::PropertiesV7> {};
 template <>
-struct Types<9> {
-  using Net = abi::NetV9;
-  using Props = abi::PropertiesV9;
-};
+struct Types<9> : TypesOf<abi::NetV9, abi::PropertiesV9> {};
 template <>
-struct Types<10> {
-  using Net = abi::NetV10;
-  using Props = abi::PropertiesV10;
-};
+struct Types<10> : TypesOf<abi::NetV10, abi::PropertiesV10> {};
 template <>
-struct Types<11> {
-  using Net = abi::NetV11;
-  using Props = abi::PropertiesV11;
-};
+struct Types<11> : TypesOf<abi::NetV11, abi::PropertiesV11> {};
 template <>
-struct Types<12> {
-  using Net = abi::NetV12;
-  using Props = abi::PropertiesV12;
-};
+struct Types<12> : TypesOf<abi::NetV12, abi::PropertiesV12> {};
 
 // One adapter per version: plain functions over a stored table, so that their addresses can
 // fill a v8 table as NCCL's own adapters do.

@@ -65,17 +65,21 @@ const char* resultName(abi::Result result) {
   return "unknown result";
 }
 
-int abiVersionFromEnv(const char* variable) {
+int versionFromEnv(const char* variable, const char* what, int oldest, int newest) {
   const char* value = std::getenv(variable);
   if (value == nullptr || *value == '\0') return 0;
   std::string text = value[0] == 'v' ? value + 1 : value;
   char* end = nullptr;
   long version = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || version < kOldestAbi || version > kNewestAbi) {
-    throw std::runtime_error(std::string(variable) + "=" + value + " is not an ABI version (v" +
-                             std::to_string(kOldestAbi) + "..v" + std::to_string(kNewestAbi) + ")");
+  if (text.empty() || *end != '\0' || version < oldest || version > newest) {
+    throw std::runtime_error(std::string(variable) + "=" + value + " is not " + what + " (v" +
+                             std::to_string(oldest) + "..v" + std::to_string(newest) + ")");
   }
   return static_cast<int>(version);
+}
+
+int abiVersionFromEnv(const char* variable) {
+  return versionFromEnv(variable, "an ABI version", kOldestAbi, kNewestAbi);
 }
 
 std::string defaultPluginPath(const char* builtPath) {

@@ -38,6 +38,8 @@ class PluginLibrary {
 // "v12", "12" or "" (0: newest) from an environment variable; throws std::runtime_error naming
 // the variable, its value and the range when it is anything else.
 int abiVersionFromEnv(const char* variable);
+// The same for any range: "<variable>=<value> is not <what> (v<oldest>..v<newest>)".
+int versionFromEnv(const char* variable, const char* what, int oldest, int newest);
 
 // "ncclSuccess", "ncclSystemError", ... for messages.
 const char* resultName(abi::Result result);

@@ -2,22 +2,55 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
-#include <stdexcept>
+#include <string>
+
+#include "plugin_loader.h"
 
 namespace nnf::tools {
 namespace {
 
 using abi::Result;
 
-// v14 in v15's shape: the option flags are dropped (v14 has none).
-struct V14 {
-  static inline const abi::RmaV14* rma = nullptr;
+// What v13 and v14 tables share in v15's shape: iput and iget only drop v15's option flags
+// (neither has any), and the entries v15 kept as they were are copied.
+template <typename Table>
+struct WithoutOptionFlags {
+  static inline const Table* rma = nullptr;
 
   static Result iput(void* ctx, int context, uint64_t srcOff, void* src, size_t size,
                      uint64_t dstOff, void* dst, uint32_t rank, uint32_t, void** request) {
     return rma->iput(ctx, context, srcOff, src, size, dstOff, dst, rank, request);
   }
+  static Result iget(void* ctx, int context, uint64_t remoteOff, void* remote, size_t size,
+                     uint64_t localOff, void* local, uint32_t rank, uint32_t, void** request) {
+    return rma->iget(ctx, context, remoteOff, remote, size, localOff, local, rank, request);
+  }
+
+  // v15's table with those entries of `table`; the caller fills in the rest.
+  static abi::RmaV15 shapeShared(const Table* table) {
+    rma = table;
+    abi::RmaV15 shaped{};
+    shaped.name = rma->name;
+    shaped.devices = rma->devices;
+    shaped.getProperties = rma->getProperties;
+    shaped.listen = rma->listen;
+    shaped.connect = rma->connect;
+    shaped.deregMrSym = rma->deregMrSym;
+    shaped.destroyContext = rma->destroyContext;
+    shaped.closeColl = rma->closeColl;
+    shaped.closeListen = rma->closeListen;
+    shaped.iput = iput;
+    shaped.iget = iget;
+    shaped.iflush = rma->iflush;
+    shaped.test = rma->test;
+    shaped.queryLastError = rma->queryLastError;
+    shaped.finalize = rma->finalize;
+    return shaped;
+  }
+};
+
+// v14 in v15's shape: the option flags are dropped (v14 has none).
+struct V14 : WithoutOptionFlags<abi::RmaV14> {
   static Result iputSignal(void* ctx, int context, uint64_t srcOff, void* src, size_t size,
                            uint64_t dstOff, void* dst, uint32_t rank, uint64_t signalOff,
                            void* signal, uint64_t value, uint32_t op, bool strong, uint32_t,
@@ -25,35 +58,16 @@ struct V14 {
     return rma->iputSignal(ctx, context, srcOff, src, size, dstOff, dst, rank, signalOff, signal,
                            value, op, strong, request);
   }
-  static Result iget(void* ctx, int context, uint64_t remoteOff, void* remote, size_t size,
-                     uint64_t localOff, void* local, uint32_t rank, uint32_t, void** request) {
-    return rma->iget(ctx, context, remoteOff, remote, size, localOff, local, rank, request);
-  }
 
   static const abi::RmaV15* adapt(const abi::RmaV14* table) {
-    rma = table;
     static abi::RmaV15 shaped{};
-    shaped.name = rma->name;
+    shaped = shapeShared(table);
     shaped.init = rma->init;
-    shaped.devices = rma->devices;
-    shaped.getProperties = rma->getProperties;
-    shaped.listen = rma->listen;
-    shaped.connect = rma->connect;
     shaped.createContext = rma->createContext;
     shaped.regMrSym = rma->regMrSym;
     shaped.regMrSymDmaBuf = rma->regMrSymDmaBuf;
-    shaped.deregMrSym = rma->deregMrSym;
-    shaped.destroyContext = rma->destroyContext;
-    shaped.closeColl = rma->closeColl;
-    shaped.closeListen = rma->closeListen;
-    shaped.iput = iput;
     shaped.iputSignal = iputSignal;
-    shaped.iget = iget;
-    shaped.iflush = rma->iflush;
-    shaped.test = rma->test;
     shaped.rmaProgress = rma->rmaProgress;
-    shaped.queryLastError = rma->queryLastError;
-    shaped.finalize = rma->finalize;
     return &shaped;
   }
 };
@@ -61,9 +75,7 @@ struct V14 {
 // v13 (the GIN-era layout) in v15's shape, as NCCL 2.30's rma_v13.cc adapts it: the config
 // carries nContexts and the traffic class, the device handle and GIN handles are dropped, and
 // every v13 signal is strong.
-struct V13 {
-  static inline const abi::RmaV13* rma = nullptr;
-
+struct V13 : WithoutOptionFlags<abi::RmaV13> {
   static Result init(void** ctx, uint64_t commId, abi::Logger logger) {
     Result result = rma->init(ctx, commId, logger);
     if (result != abi::kSuccess) return result;
@@ -90,10 +102,6 @@ struct V13 {
     void* ginHandle = nullptr;
     return rma->regMrSymDmaBuf(collComm, data, size, type, offset, fd, flags, mhandle, &ginHandle);
   }
-  static Result iput(void* ctx, int context, uint64_t srcOff, void* src, size_t size,
-                     uint64_t dstOff, void* dst, uint32_t rank, uint32_t, void** request) {
-    return rma->iput(ctx, context, srcOff, src, size, dstOff, dst, rank, request);
-  }
   static Result iputSignal(void* ctx, int context, uint64_t srcOff, void* src, size_t size,
                            uint64_t dstOff, void* dst, uint32_t rank, uint64_t signalOff,
                            void* signal, uint64_t value, uint32_t op, bool, uint32_t,
@@ -101,35 +109,16 @@ struct V13 {
     return rma->iputSignal(ctx, context, srcOff, src, size, dstOff, dst, rank, signalOff, signal,
                            value, op, request);
   }
-  static Result iget(void* ctx, int context, uint64_t remoteOff, void* remote, size_t size,
-                     uint64_t localOff, void* local, uint32_t rank, uint32_t, void** request) {
-    return rma->iget(ctx, context, remoteOff, remote, size, localOff, local, rank, request);
-  }
 
   static const abi::RmaV15* adapt(const abi::RmaV13* table) {
-    rma = table;
     static abi::RmaV15 shaped{};
-    shaped.name = rma->name;
+    shaped = shapeShared(table);
     shaped.init = init;
-    shaped.devices = rma->devices;
-    shaped.getProperties = rma->getProperties;
-    shaped.listen = rma->listen;
-    shaped.connect = rma->connect;
     shaped.createContext = createContext;
     shaped.regMrSym = regMrSym;
     shaped.regMrSymDmaBuf = regMrSymDmaBuf;
-    shaped.deregMrSym = rma->deregMrSym;
-    shaped.destroyContext = rma->destroyContext;
-    shaped.closeColl = rma->closeColl;
-    shaped.closeListen = rma->closeListen;
-    shaped.iput = iput;
     shaped.iputSignal = iputSignal;
-    shaped.iget = iget;
-    shaped.iflush = rma->iflush;
-    shaped.test = rma->test;
     shaped.rmaProgress = rma->ginProgress;
-    shaped.queryLastError = rma->queryLastError;
-    shaped.finalize = rma->finalize;
     return &shaped;
   }
 };
@@ -160,16 +149,7 @@ const abi::RmaV15* findRma(void* library, int version, RmaLookup lookup, int* fo
 }
 
 int rmaVersionFromEnv(const char* variable) {
-  const char* value = std::getenv(variable);
-  if (value == nullptr || *value == '\0') return 0;
-  std::string text = value[0] == 'v' ? value + 1 : value;
-  char* end = nullptr;
-  long version = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || version < kOldestRmaAbi || version > kNewestRmaAbi) {
-    throw std::runtime_error(std::string(variable) + "=" + value +
-                             " is not an RMA ABI version (v13..v15)");
-  }
-  return static_cast<int>(version);
+  return versionFromEnv(variable, "an RMA ABI version", kOldestRmaAbi, kNewestRmaAbi);
 }
 
 }  // namespace nnf::tools

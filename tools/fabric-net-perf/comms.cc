@@ -84,6 +84,10 @@ class CommsRun {
   char* slot(long c) { return buffer_ + static_cast<size_t>(c) * stride_; }
 
   bool prepare();
+  // Calls openOne(c) on every comm c not open yet until all are (connect and accept return
+  // success with a NULL comm until the connection is up); false on an error or a stall.
+  template <typename OpenOne>
+  bool openAll(const char* what, OpenOne&& openOne);
   bool listenAndAccept(CommsSide* me);
   bool connectAll(CommsSide* me);
   bool step(long c, bool* moved);
@@ -111,9 +115,8 @@ class CommsRun {
 
 bool CommsRun::check(const char* call, abi::Result rc, long c) {
   if (rc == abi::kSuccess) return true;
-  return fail(std::string("plugin ") + call + " on comm " + std::to_string(c) + " of " +
-              std::to_string(n_) + " returned " + tools::resultName(rc) + " (" +
-              std::to_string(static_cast<int>(rc)) + "); see the NCCL WARN lines above");
+  return fail(pluginCallError(
+      std::string(call) + " on comm " + std::to_string(c) + " of " + std::to_string(n_), rc));
 }
 
 // Called after each sweep over the pending comms: false once none has moved for kStallSeconds.
@@ -163,6 +166,24 @@ bool CommsRun::prepare() {
   return true;
 }
 
+template <typename OpenOne>
+bool CommsRun::openAll(const char* what, OpenOne&& openOne) {
+  long open = 0;
+  auto last = Clock::now();
+  while (open < n_) {
+    bool progressed = false;
+    for (long c = 0; c < n_; ++c) {
+      if (comms_[c] != nullptr) continue;
+      if (!openOne(c)) return false;
+      if (comms_[c] == nullptr) continue;
+      ++open;
+      progressed = true;
+    }
+    if (!moving(progressed, &last, what, open)) return false;
+  }
+  return true;
+}
+
 bool CommsRun::listenAndAccept(CommsSide* me) {
   phase("listening and accepting");
   me->fdsBefore = openFds();
@@ -176,23 +197,16 @@ bool CommsRun::listenAndAccept(CommsSide* me) {
   int64_t count = n_;
   if (!boot_.send(1, &count, sizeof(count)) || !boot_.send(1, handles_.data(), handles_.size()))
     return fail(boot_.error());
-  long open = 0;
-  auto last = Clock::now();
-  while (open < n_) {
-    bool progressed = false;
-    for (long c = 0; c < n_; ++c) {
-      if (comms_[c] != nullptr) continue;
-      abi::NetDeviceHandleV8* devHandle = nullptr;
-      if (!check("accept", net_.accept(listens_[c], &comms_[c], &devHandle), c)) return false;
-      if (comms_[c] == nullptr) continue;
-      // As NCCL's proxy does: a listen comm is closed as soon as its connection is accepted.
-      if (!check("closeListen", net_.closeListen(listens_[c]), c)) return false;
-      listens_[c] = nullptr;
-      ++open;
-      progressed = true;
-    }
-    if (!moving(progressed, &last, "accepting", open)) return false;
-  }
+  bool accepted = openAll("accepting", [&](long c) {
+    abi::NetDeviceHandleV8* devHandle = nullptr;
+    if (!check("accept", net_.accept(listens_[c], &comms_[c], &devHandle), c)) return false;
+    if (comms_[c] == nullptr) return true;
+    // As NCCL's proxy does: a listen comm is closed as soon as its connection is accepted.
+    if (!check("closeListen", net_.closeListen(listens_[c]), c)) return false;
+    listens_[c] = nullptr;
+    return true;
+  });
+  if (!accepted) return false;
   me->setupSec = secondsSince(t0);
   return true;
 }
@@ -207,21 +221,12 @@ bool CommsRun::connectAll(CommsSide* me) {
   me->fdsBefore = openFds();
   me->rssBefore = residentBytes();
   auto t0 = Clock::now();
-  long open = 0;
-  auto last = Clock::now();
   // Like NCCL, the same handle buffer is passed on every call: a plugin may keep state in it.
-  while (open < n_) {
-    bool progressed = false;
-    for (long c = 0; c < n_; ++c) {
-      if (comms_[c] != nullptr) continue;
-      abi::NetDeviceHandleV8* devHandle = nullptr;
-      if (!check("connect", net_.connect(dev_, handle(c), &comms_[c], &devHandle), c)) return false;
-      if (comms_[c] == nullptr) continue;
-      ++open;
-      progressed = true;
-    }
-    if (!moving(progressed, &last, "connecting", open)) return false;
-  }
+  bool connected = openAll("connecting", [&](long c) {
+    abi::NetDeviceHandleV8* devHandle = nullptr;
+    return check("connect", net_.connect(dev_, handle(c), &comms_[c], &devHandle), c);
+  });
+  if (!connected) return false;
   me->setupSec = secondsSince(t0);
   return true;
 }

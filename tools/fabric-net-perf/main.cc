@@ -91,6 +91,19 @@ int writeResults(const Report& report, const Options& opts) {
   return ok ? 0 : 1;
 }
 
+// How a rank ends after its run: 1 with the error, 0 for the ranks that print nothing (with a
+// line on two hosts, where the results appear on the other one), -1 for rank 0 to go on.
+int rankExit(const Bootstrap& boot, const Options& opts, bool ok, const std::string& error) {
+  if (!ok) {
+    std::fprintf(stderr, "fabric-net-perf: rank %d: %s\n", boot.rank(), error.c_str());
+    return 1;
+  }
+  if (boot.rank() == 0) return -1;
+  if (opts.twoHosts())
+    std::fprintf(stderr, "fabric-net-perf: done; the listening side prints the results\n");
+  return 0;
+}
+
 // The comms mode: the plugin alone, driven by comms.cc instead of the patterns.
 int commsMain(Bootstrap& boot, const Options& opts, const std::string& provider,
               const std::string& pluginPath) {
@@ -105,15 +118,7 @@ int commsMain(Bootstrap& boot, const Options& opts, const std::string& provider,
   bool ok = plugin.load() || (error = "plugin: " + plugin.error(), false);
   report.pluginInfo = plugin.description() + " (" + pluginPath + ")";
   ok = ok && runComms(plugin, boot, opts, &report.sides, &error);
-  if (!ok) {
-    std::fprintf(stderr, "fabric-net-perf: rank %d: %s\n", boot.rank(), error.c_str());
-    return 1;
-  }
-  if (boot.rank() != 0) {
-    if (opts.twoHosts())
-      std::fprintf(stderr, "fabric-net-perf: done; the listening side prints the results\n");
-    return 0;
-  }
+  if (int status = rankExit(boot, opts, ok, error); status >= 0) return status;
   return writeResults(report, opts);
 }
 
@@ -162,15 +167,7 @@ int rankMain(Bootstrap& boot, const Options& opts, const std::string& provider,
   ok = ok && (boot.barrier() || (error = boot.error(), false));
   if (ok && opts.runPlugin && !plugin.close()) ok = false, error = "plugin: " + plugin.error();
   if (ok && opts.runRaw && !raw.close()) ok = false, error = raw.error();
-  if (!ok) {
-    std::fprintf(stderr, "fabric-net-perf: rank %d: %s\n", boot.rank(), error.c_str());
-    return 1;
-  }
-  if (boot.rank() != 0) {
-    if (opts.twoHosts())
-      std::fprintf(stderr, "fabric-net-perf: done; the listening side prints the results\n");
-    return 0;
-  }
+  if (int status = rankExit(boot, opts, ok, error); status >= 0) return status;
   size_t e = 0;
   if (opts.runPlugin) report.hasPlugin = true, report.plugin = rows[e++];
   if (opts.runRaw) report.hasRaw = true, report.raw = rows[e++];

@@ -54,20 +54,30 @@ PluginEngine::~PluginEngine() {
   close();
 }
 
+std::string pluginCallError(const std::string& call, abi::Result rc) {
+  return "plugin " + call + " returned " + tools::resultName(rc) + " (" +
+         std::to_string(static_cast<int>(rc)) + "); see the NCCL WARN lines above";
+}
+
+std::unique_ptr<tools::PluginLibrary> loadPluginLibrary(const std::string& path,
+                                                        std::string* error) {
+  try {
+    return std::make_unique<tools::PluginLibrary>(path);
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return nullptr;
+  }
+}
+
 bool PluginEngine::check(const char* call, abi::Result rc) {
   if (rc == abi::kSuccess) return true;
-  error_ = std::string("plugin ") + call + " returned " + tools::resultName(rc) + " (" +
-           std::to_string(static_cast<int>(rc)) + "); see the NCCL WARN lines above";
+  error_ = pluginCallError(call, rc);
   return false;
 }
 
 bool PluginEngine::load() {
-  try {
-    lib_ = std::make_unique<tools::PluginLibrary>(path_);
-  } catch (const std::exception& e) {
-    error_ = e.what();
-    return false;
-  }
+  lib_ = loadPluginLibrary(path_, &error_);
+  if (lib_ == nullptr) return false;
   net_ = &lib_->net();
   if (!check("init", net_->init(logger))) return false;
   if (!check("devices", net_->devices(&ndev_))) return false;

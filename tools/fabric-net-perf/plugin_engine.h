@@ -50,6 +50,15 @@ class PluginEngine : public Engine {
   std::vector<void*> sendComms_, recvComms_;  // [peer * comms_ + index]
 };
 
+// The plugin library at `path` (tools/common/plugin_loader.h); nullptr with *error set, on one
+// line, where it cannot be loaded.
+std::unique_ptr<tools::PluginLibrary> loadPluginLibrary(const std::string& path,
+                                                        std::string* error);
+
+// "plugin <call> returned ncclSystemError (2); see the NCCL WARN lines above": how the engines
+// report a plugin call that failed.
+std::string pluginCallError(const std::string& call, abi::Result rc);
+
 // Sets the rank printed in front of the plugin's log lines.
 void setLogRank(int rank);
 // The logger handed to the plugin's init (NCCL_DEBUG picks the level), for the RMA table too.

@@ -1,19 +1,13 @@
 #include "raw_engine.h"
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <cstdio>
-
-#include <random>
-
-#include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
-#include <cstring>
+#include <algorithm>
+
+#include "raw_setup.h"
 
 namespace nnf::perf {
 namespace {
@@ -43,29 +37,20 @@ RawEngine::~RawEngine() {
 }
 
 bool RawEngine::fail(const char* what, int rc) {
-  error_ = std::string("raw libfabric: ") + what + ": " + fi_strerror(-rc) + " (" +
-           std::to_string(rc) + ")";
+  error_ = rawError(what, rc);
   return false;
 }
 
 bool RawEngine::open() {
-  fi_info* hints = fi_allocinfo();
-  hints->ep_attr->type = FI_EP_RDM;
-  hints->caps = FI_TAGGED;
-  hints->mode = FI_CONTEXT | FI_CONTEXT2;
-  // The modes a simple application can honour: register what it sends, local descriptors.
-  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  uint64_t caps = FI_TAGGED;
+  uint64_t mrModes = kRawMrModes;
   if (protocol_ == RawProtocol::kRma) {
     // Writes with remote CQ data; registrations bound to the endpoint where asked.
-    hints->caps |= FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
-    hints->domain_attr->mr_mode |= FI_MR_ENDPOINT;
+    caps |= FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+    mrModes |= FI_MR_ENDPOINT;
   }
-  hints->domain_attr->threading = FI_THREAD_DOMAIN;
-  if (!provider_.empty()) hints->fabric_attr->prov_name = strdup(provider_.c_str());
-  int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
-  fi_freeinfo(hints);
+  int rc = getRawInfo(provider_, caps, mrModes, &info_);
   if (rc != 0) {
-    info_ = nullptr;
     return fail(("fi_getinfo (RDM, tagged" +
                  std::string(protocol_ == RawProtocol::kRma ? ", RMA writes" : "") +
                  ", provider '" + provider_ + "')")
@@ -81,30 +66,9 @@ bool RawEngine::open() {
       return fail("rma: the provider wants FI_RX_CQ_DATA (receives for remote CQ data)",
                   -FI_ENOSYS);
   }
-  if ((rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr)) != 0) return fail("fi_fabric", rc);
-  if ((rc = fi_domain(fabric_, info_, &domain_, nullptr)) != 0) return fail("fi_domain", rc);
-  fi_cq_attr cqAttr{};
-  cqAttr.format = FI_CQ_FORMAT_TAGGED;
-  cqAttr.size = pool_.size();
-  if ((rc = fi_cq_open(domain_, &cqAttr, &cq_, nullptr)) != 0) return fail("fi_cq_open", rc);
-  fi_av_attr avAttr{};
-  avAttr.type = FI_AV_TABLE;
-  if ((rc = fi_av_open(domain_, &avAttr, &av_, nullptr)) != 0) return fail("fi_av_open", rc);
-  if ((rc = fi_endpoint(domain_, info_, &ep_, nullptr)) != 0) return fail("fi_endpoint", rc);
-  if ((rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV)) != 0)
-    return fail("fi_ep_bind cq", rc);
-  if ((rc = fi_ep_bind(ep_, &av_->fid, 0)) != 0) return fail("fi_ep_bind av", rc);
-  if (std::strcmp(info_->fabric_attr->prov_name, "shm") == 0 && info_->addr_format == FI_ADDR_STR) {
-    // shm's default region name is the pid; a region left behind by a killed process with a
-    // recycled pid would make fi_enable fail with -FI_EBUSY. Use a name of our own, as the plugin.
-    char name[64];
-    std::snprintf(name, sizeof(name), "fi_shm://nnf-raw-%d-%08x", static_cast<int>(getpid()),
-                  static_cast<unsigned>(std::random_device{}()));
-    if ((rc = fi_setname(&ep_->fid, name, std::strlen(name) + 1)) != 0)
-      return fail("fi_setname", rc);
-  }
-  if ((rc = fi_enable(ep_)) != 0) return fail("fi_enable", rc);
-  return true;
+  const char* failed = nullptr;
+  rc = endpoint_.open(info_, FI_CQ_FORMAT_TAGGED, pool_.size(), "nnf-raw", &failed);
+  return rc == 0 || fail(failed, rc);
 }
 
 std::string RawEngine::description() const {
@@ -124,22 +88,7 @@ bool RawEngine::connect(Bootstrap& boot, int comms) {
   pool_ = std::vector<Request>(static_cast<size_t>(boot.size()) * comms * 2 * 40 + 64);
   free_ = nullptr;
   for (auto& req : pool_) giveRequest(&req);
-  if (!open()) return false;
-  char name[256];
-  size_t len = sizeof(name);
-  int rc = fi_getname(&ep_->fid, name, &len);
-  if (rc != 0) return fail("fi_getname", rc);
-  std::vector<std::string> mine(boot.size(), std::string(name, len)), theirs;
-  if (!boot.exchange(mine, &theirs)) {
-    error_ = boot.error();
-    return false;
-  }
-  peers_.assign(boot.size(), FI_ADDR_UNSPEC);
-  for (int peer = 0; peer < boot.size(); ++peer) {
-    if (peer == rank_) continue;
-    rc = fi_av_insert(av_, theirs[peer].data(), 1, &peers_[peer], 0, nullptr);
-    if (rc != 1) return fail("fi_av_insert", rc < 0 ? rc : -FI_EINVAL);
-  }
+  if (!open() || !exchangeRawAddresses(boot, endpoint_, &peers_, &error_)) return false;
   sendSeq_.assign(boot.size() * comms, 0);
   recvSeq_.assign(boot.size() * comms, 0);
   return protocol_ != RawProtocol::kRma || setupRma();
@@ -163,23 +112,16 @@ void RawEngine::giveRequest(Request* req) {
 }
 
 void* RawEngine::desc(void* mh) const {
-  // Descriptors matter only where the provider asks for local registration.
-  if (mh == nullptr || (info_->domain_attr->mr_mode & FI_MR_LOCAL) == 0) return nullptr;
-  return fi_mr_desc(static_cast<Mr*>(mh)->mr);
+  return mh == nullptr ? nullptr : endpoint_.desc(static_cast<Mr*>(mh)->mr);
 }
 
 bool RawEngine::regMr(Dir dir, int peer, int index, void* data, size_t bytes, void** mh) {
   fid_mr* mr = nullptr;
   uint64_t access = FI_SEND | FI_RECV;
   if (protocol_ == RawProtocol::kRma) access |= FI_WRITE | FI_REMOTE_WRITE;
-  int rc = fi_mr_reg(domain_, data, bytes, access, 0, nextKey_++, 0, &mr, nullptr);
-  if (rc != 0) return fail("fi_mr_reg", rc);
-  if (info_->domain_attr->mr_mode & FI_MR_ENDPOINT) {
-    if ((rc = fi_mr_bind(mr, &ep_->fid, 0)) != 0 || (rc = fi_mr_enable(mr)) != 0) {
-      fi_close(&mr->fid);
-      return fail("fi_mr_bind/fi_mr_enable", rc);
-    }
-  }
+  const char* failed = nullptr;
+  int rc = endpoint_.regMr(data, bytes, access, nextKey_++, &mr, &failed);
+  if (rc != 0) return fail(failed, rc);
   *mh = new Mr{mr, reinterpret_cast<uintptr_t>(data)};
   return true;
 }
@@ -194,14 +136,15 @@ bool RawEngine::deregMr(Dir dir, int peer, int index, void* mh) {
 bool RawEngine::progress() {
   fi_cq_tagged_entry entries[kCqBatch];
   for (;;) {
-    ssize_t n = fi_cq_read(cq_, entries, kCqBatch);
+    ssize_t n = fi_cq_read(endpoint_.cq(), entries, kCqBatch);
     if (n == -FI_EAGAIN) break;
     if (n == -FI_EAVAIL) {
       fi_cq_err_entry err{};
-      ssize_t rc = fi_cq_readerr(cq_, &err, 0);
+      ssize_t rc = fi_cq_readerr(endpoint_.cq(), &err, 0);
       if (rc < 0) return fail("fi_cq_readerr", static_cast<int>(rc));
       char text[256];
-      const char* provText = fi_cq_strerror(cq_, err.prov_errno, err.err_data, text, sizeof(text));
+      const char* provText =
+          fi_cq_strerror(endpoint_.cq(), err.prov_errno, err.err_data, text, sizeof(text));
       auto* op = static_cast<Op*>(err.op_context);
       if (op == nullptr || op->kind != Op::Kind::kRequest) {
         error_ = std::string("raw libfabric: completion error ") +
@@ -276,14 +219,16 @@ bool RawEngine::start(const char* what, uint32_t* seq, void** request, Post&& po
 bool RawEngine::isend(int peer, int index, void* data, size_t bytes, void* mh, void** request) {
   if (protocol_ == RawProtocol::kRma) return isendRma(peer, index, data, bytes, mh, request);
   return start("fi_tsend", &sendSeq_[peer * comms_ + index], request, [&](uint32_t seq, Op* ctx) {
-    return fi_tsend(ep_, data, bytes, desc(mh), peers_[peer], makeTag(rank_, index, seq), ctx);
+    return fi_tsend(endpoint_.ep(), data, bytes, desc(mh), peers_[peer], makeTag(rank_, index, seq),
+                    ctx);
   });
 }
 
 bool RawEngine::irecv(int peer, int index, void* data, size_t bytes, void* mh, void** request) {
   if (protocol_ == RawProtocol::kRma) return irecvRma(peer, index, data, bytes, mh, request);
   return start("fi_trecv", &recvSeq_[peer * comms_ + index], request, [&](uint32_t seq, Op* ctx) {
-    return fi_trecv(ep_, data, bytes, desc(mh), FI_ADDR_UNSPEC, makeTag(peer, index, seq), 0, ctx);
+    return fi_trecv(endpoint_.ep(), data, bytes, desc(mh), FI_ADDR_UNSPEC,
+                    makeTag(peer, index, seq), 0, ctx);
   });
 }
 
@@ -301,13 +246,11 @@ bool RawEngine::test(void* request, int* done, size_t* bytes) {
 }
 
 bool RawEngine::close() {
-  // Reverse order of creation; each close is attempted even after a failure.
-  if (ep_ != nullptr) fi_close(&ep_->fid), ep_ = nullptr;
+  // Reverse order of creation; each close is attempted even after a failure. The endpoint goes
+  // first: the clear-to-send receives posted on it use ctsMr_.
+  endpoint_.closeEndpoint();
   if (ctsMr_ != nullptr) fi_close(&ctsMr_->fid), ctsMr_ = nullptr;
-  if (av_ != nullptr) fi_close(&av_->fid), av_ = nullptr;
-  if (cq_ != nullptr) fi_close(&cq_->fid), cq_ = nullptr;
-  if (domain_ != nullptr) fi_close(&domain_->fid), domain_ = nullptr;
-  if (fabric_ != nullptr) fi_close(&fabric_->fid), fabric_ = nullptr;
+  endpoint_.close();
   if (info_ != nullptr) fi_freeinfo(info_), info_ = nullptr;
   return true;
 }
@@ -335,13 +278,10 @@ bool RawEngine::setupRma() {
   ctsRecvs_ = std::vector<CtsRecv>(count * perLink);
   toRepost_.reserve(ctsRecvs_.size());
   if (info_->domain_attr->mr_mode & FI_MR_LOCAL) {
-    int rc = fi_mr_reg(domain_, ctsRecvs_.data(), ctsRecvs_.size() * sizeof(CtsRecv), FI_RECV, 0,
-                       nextKey_++, 0, &ctsMr_, nullptr);
-    if (rc != 0) return fail("fi_mr_reg (clear-to-send receives)", rc);
-    if (info_->domain_attr->mr_mode & FI_MR_ENDPOINT) {
-      if ((rc = fi_mr_bind(ctsMr_, &ep_->fid, 0)) != 0 || (rc = fi_mr_enable(ctsMr_)) != 0)
-        return fail("fi_mr_bind/fi_mr_enable (clear-to-send receives)", rc);
-    }
+    const char* failed = nullptr;
+    int rc = endpoint_.regMr(ctsRecvs_.data(), ctsRecvs_.size() * sizeof(CtsRecv), FI_RECV,
+                             nextKey_++, &ctsMr_, &failed);
+    if (rc != 0) return fail((std::string(failed) + " (clear-to-send receives)").c_str(), rc);
   }
   for (size_t i = 0; i < ctsRecvs_.size(); ++i) {
     CtsRecv& c = ctsRecvs_[i];
@@ -360,8 +300,8 @@ ssize_t RawEngine::postCtsRecv(CtsRecv* c) {
   // From the peer of this link, any sequence number: the tag says which one came.
   int peer = c->link / comms_, index = c->link % comms_;
   uint64_t tag = kCtsTag | makeTag(peer, index, 0);
-  return fi_trecv(ep_, &c->cts, sizeof(c->cts), ctsMr_ ? fi_mr_desc(ctsMr_) : nullptr,
-                  FI_ADDR_UNSPEC, tag, kSeqBits, static_cast<Op*>(c));
+  return fi_trecv(endpoint_.ep(), &c->cts, sizeof(c->cts), endpoint_.desc(ctsMr_), FI_ADDR_UNSPEC,
+                  tag, kSeqBits, static_cast<Op*>(c));
 }
 
 bool RawEngine::ctsArrived(CtsRecv* c, uint64_t tag) {
@@ -424,8 +364,8 @@ bool RawEngine::startSends(Link& link) {
       failed = true;
     } else {
       uint64_t imm = (static_cast<uint64_t>(cts.reqId) << 16) | code;
-      ssize_t rc = fi_writedata(ep_, req->data, bytes, desc(req->mh), imm, peers_[peer], cts.addr,
-                                cts.key, static_cast<Op*>(req));
+      ssize_t rc = fi_writedata(endpoint_.ep(), req->data, bytes, desc(req->mh), imm, peers_[peer],
+                                cts.addr, cts.key, static_cast<Op*>(req));
       if (rc == -FI_EAGAIN) return true;  // the queue is full: retried from progress
       if (rc != 0) {
         req->failure = std::string("fi_writedata: ") + fi_strerror(static_cast<int>(-rc));
@@ -479,8 +419,8 @@ bool RawEngine::irecvRma(int peer, int index, void* data, size_t bytes, void* mh
   // Marked before the clear-to-send leaves: the write may complete within the next progress.
   req->awaitingWrite = true;
   req->posted = bytes;
-  ssize_t rc =
-      fi_tinject(ep_, &cts, sizeof(cts), peers_[peer], kCtsTag | makeTag(rank_, index, seq));
+  ssize_t rc = fi_tinject(endpoint_.ep(), &cts, sizeof(cts), peers_[peer],
+                          kCtsTag | makeTag(rank_, index, seq));
   if (rc != 0) {
     req->awaitingWrite = false;
     giveRequest(req);

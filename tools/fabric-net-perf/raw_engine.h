@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine.h"
+#include "raw_endpoint.h"
 
 namespace nnf::perf {
 
@@ -113,11 +114,7 @@ class RawEngine : public Engine {
   std::string provider_;
   RawProtocol protocol_;
   fi_info* info_ = nullptr;
-  fid_fabric* fabric_ = nullptr;
-  fid_domain* domain_ = nullptr;
-  fid_ep* ep_ = nullptr;
-  fid_av* av_ = nullptr;
-  fid_cq* cq_ = nullptr;
+  tools::RawEndpoint endpoint_;
   int rank_ = 0;
   int comms_ = 0;
   std::vector<fi_addr_t> peers_;

@@ -1,6 +1,5 @@
 #include "rma_plugin_engine.h"
 
-#include <stdexcept>
 #include <vector>
 
 #include "plugin_engine.h"
@@ -19,8 +18,7 @@ RmaPluginEngine::~RmaPluginEngine() {
 
 bool RmaPluginEngine::check(const char* call, abi::Result rc) {
   if (rc == abi::kSuccess) return true;
-  error_ = std::string("plugin RMA ") + call + " returned " + tools::resultName(rc) + " (" +
-           std::to_string(static_cast<int>(rc)) + "); see the NCCL WARN lines above";
+  error_ = pluginCallError(std::string("RMA ") + call, rc);
   return false;
 }
 
@@ -31,12 +29,8 @@ std::string RmaPluginEngine::description() const {
 }
 
 bool RmaPluginEngine::load() {
-  try {
-    lib_ = std::make_unique<tools::PluginLibrary>(path_);
-  } catch (const std::exception& e) {
-    error_ = e.what();
-    return false;
-  }
+  lib_ = loadPluginLibrary(path_, &error_);
+  if (lib_ == nullptr) return false;
   // NCCL initialises its net plugin before the RMA plugin of the same library.
   if (!check("net init", lib_->net().init(pluginLogger()))) return false;
   std::string why;

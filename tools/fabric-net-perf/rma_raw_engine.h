@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "raw_endpoint.h"
 #include "rma_engine.h"
 
 namespace nnf::perf {
@@ -51,11 +52,7 @@ class RmaRawEngine : public RmaEngine {
 
   std::string provider_;
   fi_info* info_ = nullptr;
-  fid_fabric* fabric_ = nullptr;
-  fid_domain* domain_ = nullptr;
-  fid_ep* ep_ = nullptr;
-  fid_av* av_ = nullptr;
-  fid_cq* cq_ = nullptr;
+  tools::RawEndpoint endpoint_;
   fid_mr* mr_ = nullptr;
   char* base_ = nullptr;
   int rank_ = 0;

@@ -27,9 +27,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
+
+#include "raw_endpoint.h"
 
 namespace {
 
@@ -39,10 +40,10 @@ constexpr uint64_t kCaps =
     FI_TAGGED | FI_MSG | FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_READ | FI_REMOTE_READ;
 constexpr uint64_t kOfferedMrModes =
     FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
-constexpr int kBurst = 16;       // writes in the burst test
-constexpr int kWaitMs = 2000;    // how long a side waits for what it expects
-constexpr int kGraceMs = 100;    // then for anything more
-constexpr size_t kSmall = 64;    // receive buffers of the message tests
+constexpr int kBurst = 16;     // writes in the burst test
+constexpr int kWaitMs = 2000;  // how long a side waits for what it expects
+constexpr int kGraceMs = 100;  // then for anything more
+constexpr size_t kSmall = 64;  // receive buffers of the message tests
 constexpr uint64_t kTagBase = 0xabcd000000000000ULL;
 constexpr uint64_t kTagIgnore = 0x0000ffffffffffffULL;
 constexpr int kFlood = 64;       // the unexpected-message test: messages sent
@@ -328,12 +329,10 @@ class Side {
   bool open(std::string* error);
   void close();
   fid_mr* reg(void* buf, size_t bytes, uint64_t access, uint64_t key, std::string* error);
-  void* desc(fid_mr* mr) const {
-    return (info_->domain_attr->mr_mode & FI_MR_LOCAL) ? fi_mr_desc(mr) : nullptr;
-  }
+  void* desc(fid_mr* mr) const { return endpoint_.desc(mr); }
   bool virtAddr() const { return (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0; }
-  std::string name(std::string* error);
-  bool insert(const std::string& peerName, std::string* error);
+  // Sends this side's endpoint name to the other process and inserts the one it sends back.
+  bool exchangeNames(std::string* error);
 
   // Reads every completion there is now; calls check on each fresh success.
   void drain();
@@ -346,7 +345,7 @@ class Side {
   template <typename Post>
   ssize_t post(Post&& op);
 
-  fid_ep* ep() const { return ep_; }
+  fid_ep* ep() const { return endpoint_.ep(); }
   fi_addr_t peer() const { return peer_; }
   std::vector<Seen> seen;
   std::function<int(const fi_cq_tagged_entry&)> check;
@@ -356,11 +355,7 @@ class Side {
   int fd_;
   fi_info* list_ = nullptr;
   fi_info* info_ = nullptr;
-  fid_fabric* fabric_ = nullptr;
-  fid_domain* domain_ = nullptr;
-  fid_cq* cq_ = nullptr;
-  fid_av* av_ = nullptr;
-  fid_ep* ep_ = nullptr;
+  nnf::tools::RawEndpoint endpoint_;
   fi_addr_t peer_ = FI_ADDR_UNSPEC;
 };
 
@@ -376,76 +371,48 @@ bool Side::open(std::string* error) {
     if (rc != 0) return fail("fi_getinfo", rc);
   }
   info_ = pick(list_, provider_);
-  if ((rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr)) != 0) return fail("fi_fabric", rc);
-  if ((rc = fi_domain(fabric_, info_, &domain_, nullptr)) != 0) return fail("fi_domain", rc);
-  fi_cq_attr cqAttr{};
-  cqAttr.format = FI_CQ_FORMAT_TAGGED;
-  cqAttr.size = 256;
-  if ((rc = fi_cq_open(domain_, &cqAttr, &cq_, nullptr)) != 0) return fail("fi_cq_open", rc);
-  fi_av_attr avAttr{};
-  avAttr.type = FI_AV_TABLE;
-  if ((rc = fi_av_open(domain_, &avAttr, &av_, nullptr)) != 0) return fail("fi_av_open", rc);
-  if ((rc = fi_endpoint(domain_, info_, &ep_, nullptr)) != 0) return fail("fi_endpoint", rc);
-  if ((rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV)) != 0) return fail("bind cq", rc);
-  if ((rc = fi_ep_bind(ep_, &av_->fid, 0)) != 0) return fail("bind av", rc);
-  if (std::strcmp(info_->fabric_attr->prov_name, "shm") == 0 && info_->addr_format == FI_ADDR_STR) {
-    // A name of our own: shm's default (the pid) may collide with a region left behind.
-    std::string unique = format("fi_shm://nnf-rma-probe-%d-%08x", static_cast<int>(getpid()),
-                                static_cast<unsigned>(std::random_device{}()));
-    if ((rc = fi_setname(&ep_->fid, unique.data(), unique.size() + 1)) != 0)
-      return fail("fi_setname", rc);
-  }
-  if ((rc = fi_enable(ep_)) != 0) return fail("fi_enable", rc);
-  return true;
+  const char* failed = nullptr;
+  rc = endpoint_.open(info_, FI_CQ_FORMAT_TAGGED, 256, "nnf-rma-probe", &failed);
+  return rc == 0 || fail(failed, rc);
 }
 
 void Side::close() {
-  if (ep_ != nullptr) fi_close(&ep_->fid), ep_ = nullptr;
-  if (av_ != nullptr) fi_close(&av_->fid), av_ = nullptr;
-  if (cq_ != nullptr) fi_close(&cq_->fid), cq_ = nullptr;
-  if (domain_ != nullptr) fi_close(&domain_->fid), domain_ = nullptr;
-  if (fabric_ != nullptr) fi_close(&fabric_->fid), fabric_ = nullptr;
+  endpoint_.close();
   if (list_ != nullptr) fi_freeinfo(list_), list_ = nullptr;
 }
 
 fid_mr* Side::reg(void* buf, size_t bytes, uint64_t access, uint64_t key, std::string* error) {
   fid_mr* mr = nullptr;
-  int rc = fi_mr_reg(domain_, buf, bytes, access, 0, key, 0, &mr, nullptr);
-  if (rc != 0) {
-    *error = format("fi_mr_reg: %s", fi_strerror(-rc));
-    return nullptr;
-  }
-  if (info_->domain_attr->mr_mode & FI_MR_ENDPOINT) {
-    if ((rc = fi_mr_bind(mr, &ep_->fid, 0)) != 0 || (rc = fi_mr_enable(mr)) != 0) {
-      *error = format("fi_mr_bind/enable: %s", fi_strerror(-rc));
-      fi_close(&mr->fid);
-      return nullptr;
-    }
-  }
+  const char* failed = nullptr;
+  int rc = endpoint_.regMr(buf, bytes, access, key, &mr, &failed);
+  if (rc != 0) *error = format("%s: %s", failed, fi_strerror(-rc));
   return mr;
 }
 
-std::string Side::name(std::string* error) {
-  char buf[256];
-  size_t len = sizeof(buf);
-  int rc = fi_getname(&ep_->fid, buf, &len);
-  if (rc != 0) *error = format("fi_getname: %s", fi_strerror(-rc));
-  return rc == 0 ? std::string(buf, len) : "";
-}
-
-bool Side::insert(const std::string& peerName, std::string* error) {
-  int rc = fi_av_insert(av_, peerName.data(), 1, &peer_, 0, nullptr);
-  if (rc != 1) *error = format("fi_av_insert: %d", rc);
-  return rc == 1;
+bool Side::exchangeNames(std::string* error) {
+  std::string me;
+  int rc = endpoint_.name(&me);
+  if (rc != 0) return *error = format("fi_getname: %s", fi_strerror(-rc)), false;
+  Msg mine, theirs;
+  mine.op = kName;
+  if (me.size() > sizeof(mine.text))
+    return *error = format("an endpoint name of %zu bytes", me.size()), false;
+  std::memcpy(mine.text, me.data(), me.size());
+  mine.v[0] = me.size();
+  if (!send(mine) || !readAll(fd_, &theirs, sizeof(theirs)) || theirs.op != kName)
+    return *error = "the other process did not send its endpoint name", false;
+  rc = endpoint_.insert(std::string(theirs.text, theirs.v[0]), &peer_);
+  if (rc != 0) return *error = format("fi_av_insert: %s (%d)", fi_strerror(-rc), rc), false;
+  return true;
 }
 
 void Side::drain() {
   fi_cq_tagged_entry entries[16];
   for (;;) {
-    ssize_t n = fi_cq_read(cq_, entries, 16);
+    ssize_t n = fi_cq_read(endpoint_.cq(), entries, 16);
     if (n == -FI_EAVAIL) {
       fi_cq_err_entry err{};
-      if (fi_cq_readerr(cq_, &err, 0) < 0) return;
+      if (fi_cq_readerr(endpoint_.cq(), &err, 0) < 0) return;
       Seen s;
       s.e.op_context = err.op_context;
       s.e.flags = err.flags;
@@ -454,7 +421,8 @@ void Side::drain() {
       s.e.tag = err.tag;
       s.err = err.err;
       char text[256];
-      const char* prov = fi_cq_strerror(cq_, err.prov_errno, err.err_data, text, sizeof(text));
+      const char* prov =
+          fi_cq_strerror(endpoint_.cq(), err.prov_errno, err.err_data, text, sizeof(text));
       s.errText = std::string(fi_strerror(err.err)) + (prov ? std::string(" / ") + prov : "");
       seen.push_back(s);
       continue;
@@ -588,19 +556,11 @@ int runInitiator(const std::string& provider, int fd, size_t size) {
     std::fprintf(stderr, "initiator: %s\n", error.c_str());
     return 1;
   }
-  Msg m;
-  m.op = kName;
-  std::string me = side.name(&error);
-  if (me.empty() || me.size() > sizeof(m.text)) return 1;
-  std::memcpy(m.text, me.data(), me.size());
-  m.v[0] = me.size();
-  if (!side.send(m)) return 1;
-  Msg theirs, region;
-  if (!readAll(fd, &theirs, sizeof(theirs)) || theirs.op != kName) return 1;
-  if (!side.insert(std::string(theirs.text, theirs.v[0]), &error)) {
+  if (!side.exchangeNames(&error)) {
     std::fprintf(stderr, "initiator: %s\n", error.c_str());
     return 1;
   }
+  Msg region;
   if (!readAll(fd, &region, sizeof(region)) || region.op != kRegion) return 1;
   Remote remote{region.v[0], region.v[1], region.v[2]};
 
@@ -727,15 +687,7 @@ int runTarget(const std::string& provider, int fd, size_t size) {
     std::printf("two processes: cannot open: %s\n\n", error.c_str());
     return 1;
   }
-  Msg m;
-  m.op = kName;
-  std::string me = side.name(&error);
-  if (me.empty() || me.size() > sizeof(m.text)) return 1;
-  std::memcpy(m.text, me.data(), me.size());
-  m.v[0] = me.size();
-  Msg theirs;
-  if (!side.send(m) || !readAll(fd, &theirs, sizeof(theirs)) || theirs.op != kName) return 1;
-  if (!side.insert(std::string(theirs.text, theirs.v[0]), &error)) {
+  if (!side.exchangeNames(&error)) {
     std::printf("two processes: %s\n\n", error.c_str());
     return 1;
   }

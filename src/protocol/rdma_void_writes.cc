@@ -1,0 +1,63 @@
+#include "protocol/rdma_void_writes.h"
+
+#include "core/device.h"
+
+namespace nnf::protocol::rdma {
+
+VoidWriter::VoidWriter(core::SendComm& comm, SenderClose& close) : comm_(comm), close_(close) {
+  for (core::Operation& op : ops_) op.owner = &comm;
+}
+
+void VoidWriter::owe(uint32_t slot, uint32_t index, const BufferDescriptor& buffer) {
+  // After the receiver's close nothing is read any more: a failed send's descriptor may stay
+  // unanswered too, nothing comes for that buffer either way.
+  if (slot >= kSlots || index >= kGroup || close_.receiverDone()) return;
+  owed_[slot] |= static_cast<uint8_t>(1u << index);
+  owedSlots_ |= 1u << slot;
+  address_[slot] = buffer.address;
+  key_[slot] = buffer.keys[0];
+  post();
+  // The receiver reuses the slot only after the void: a sender whose last send has ended may
+  // not be called again before that receiver's next irecv needs the slot.
+  comm_.device().keepProgressing();
+}
+
+// Posts owed voids on the free operations.
+void VoidWriter::post() {
+  for (core::Operation& op : ops_) {
+    if (owedSlots_ == 0) return;
+    if (op.inFlight || op.queued) continue;
+    auto slot = static_cast<uint32_t>(__builtin_ctz(owedSlots_));
+    auto index = static_cast<uint32_t>(__builtin_ctz(owed_[slot]));
+    owed_[slot] &= static_cast<uint8_t>(~(1u << index));
+    if (owed_[slot] == 0) owedSlots_ &= ~(1u << slot);
+    op.request = nullptr;
+    op.type = core::OpType::kWrite;
+    op.rail = 0;
+    op.peer = comm_.peer();
+    op.buffer = nullptr;
+    op.length = 0;
+    op.desc = nullptr;
+    op.headerLength = 0;
+    op.remoteAddress = address_[slot];
+    op.remoteKey = key_[slot];
+    op.tag = encodeVoid(comm_.remoteId(), slot, index);
+    // A failure is the device's to log; the receiver then keeps that slot until it closes.
+    comm_.device().post(op);
+  }
+}
+
+bool VoidWriter::onDone(core::Operation& op, int error) {
+  if (&op < ops_ || &op >= ops_ + kOps) return false;
+  if (error == 0) close_.countWrite(0);  // the receiver counts what lands
+  if (!close_.receiverDone()) post();
+  return true;
+}
+
+int VoidWriter::pending() const {
+  int count = owedSlots_ != 0 && !close_.receiverDone() ? 1 : 0;
+  for (const core::Operation& op : ops_) count += op.inFlight || op.queued ? 1 : 0;
+  return count;
+}
+
+}  // namespace nnf::protocol::rdma

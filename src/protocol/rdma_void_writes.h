@@ -1,0 +1,43 @@
+// The sender's answers to descriptors whose messages went eagerly (rdma_eager.h, "Crossing"): a
+// write of no bytes naming the slot and buffer, after which the receiver may reuse the slot.
+// Taken with the receiver's grant (a comm that never sends eagerly holds none): a few
+// operations, and the voids owed per slot (a bit per buffer) that wait for one of them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/operation.h"
+#include "core/send_comm.h"
+#include "protocol/rdma_send_close.h"
+#include "protocol/rdma_wire.h"
+
+namespace nnf::protocol::rdma {
+
+class VoidWriter {
+ public:
+  VoidWriter(core::SendComm& comm, SenderClose& close);
+  VoidWriter(const VoidWriter&) = delete;
+  VoidWriter& operator=(const VoidWriter&) = delete;
+
+  // Buffer `index` of `slot` (described by `buffer`) needs no data: its message went eagerly.
+  void owe(uint32_t slot, uint32_t index, const BufferDescriptor& buffer);
+  // A void ended: true when `op` was one.
+  bool onDone(core::Operation& op, int error);
+  // Voids owed or with the provider (the close's answer waits for them).
+  int pending() const;
+
+ private:
+  void post();
+
+  static constexpr size_t kOps = 4;
+  core::SendComm& comm_;
+  SenderClose& close_;
+  core::Operation ops_[kOps];
+  uint8_t owed_[kSlots] = {};
+  uint32_t owedSlots_ = 0;         // bit s: owed_[s] != 0
+  uint64_t address_[kSlots] = {};  // a buffer of the slot's group: where the empty write goes
+  uint64_t key_[kSlots] = {};
+};
+
+}  // namespace nnf::protocol::rdma

@@ -30,7 +30,11 @@ bool ControlArena::acquire(ControlSlot* out) {
     for (size_t i = slotsPerChunk_; i-- > 0;) {
       uint8_t* data = chunk.memory.get() + i * slotSize_;
       uint64_t remote = registrar_ != nullptr ? chunk.registration.remoteAddress(data) : 0;
-      free_.push_back({data, chunk.registration.desc, remote, chunk.registration.key});
+      ControlSlot slot{data, chunk.registration.desc, remote, chunk.registration.key};
+      slot.railCount = chunk.registration.railCount;
+      for (size_t r = 1; r < slot.railCount; ++r)
+        slot.rails[r - 1] = chunk.registration.rails[r - 1];
+      free_.push_back(slot);
     }
     chunks_.push_back(std::move(chunk));
   }

@@ -16,12 +16,20 @@
 
 namespace nnf::core {
 
+constexpr size_t kMaxArenaRails = memory::kMaxRails;
+
 struct ControlSlot {
   static constexpr size_t kSize = 256;  // the control arena's slots
   uint8_t* data = nullptr;
   void* desc = nullptr;        // null where the provider needs no descriptor
   uint64_t remoteAddress = 0;  // what a peer writes to (arenas registered for remote access)
   uint64_t key = 0;
+  // Arenas registered on every rail (the rdma rings and bounce areas): the rails after the
+  // leader's, as memory::Registration has them (the address is the same on all).
+  uint8_t railCount = 1;
+  memory::Registration::Rail rails[memory::kMaxRails - 1] = {};
+  uint64_t keyOf(size_t rail) const { return rail == 0 ? key : rails[rail - 1].key; }
+  void* descOf(size_t rail) const { return rail == 0 ? desc : rails[rail - 1].desc; }
 };
 
 class ControlArena {

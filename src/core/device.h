@@ -95,6 +95,9 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   MemoryRegistry& memory() { return *memory_; }
   // The leader rail's registrar: what a protocol keeps per device registers through it.
   memory::Registrar& registrar() { return rails_->leaderRegistrar(); }
+  // Registers on every rail of the device (the leader's alone where it has one): the rdma
+  // protocol's rings and bounce areas, so that descriptors and eager messages go on any rail.
+  memory::Registrar& everyRailRegistrar() { return rails_->dataRegistrar(); }
   const memory::CudaDriver* cuda() const { return cuda_; }
   bool rmaRead() const { return rmaRead_; }
   // NCCL_FABRIC_GDR_FLUSH, read once: iflush asks on every GPU receive.

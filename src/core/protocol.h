@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "memory/region.h"
 #include "nccl_net/types.h"
 
 namespace nnf::core {
@@ -36,7 +37,8 @@ class CommState {
 // What the connect message carries for the protocol (the sender's descriptor ring).
 struct ConnectInfo {
   uint64_t ringAddress = 0;
-  uint64_t ringKey = 0;
+  uint64_t ringKey = 0;                               // on the leader rail
+  uint64_t ringRailKeys[memory::kMaxRails - 1] = {};  // on rails 1.. (0: none)
 };
 
 // What a protocol may change of the device it is set up on (while the device is built).

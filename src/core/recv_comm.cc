@@ -35,6 +35,7 @@ abi::Result RecvComm::start(const wire::ConnectMessage& request) {
     protocol::ConnectInfo info;
     info.ringAddress = request.ringAddress;
     info.ringKey = request.ringKey;
+    memcpy(info.ringRailKeys, request.ringRailKeys, sizeof(info.ringRailKeys));
     abi::Result result = protocol.startRecv(*this, info);
     if (result != abi::kSuccess) return result;
   }

@@ -33,7 +33,7 @@ abi::Result SendComm::start(const wire::ListenHandle& handle) {
   const auto& address = device().rail().address();
   wire::ConnectMessage message = wire::makeConnectMessage(
       id(), handle.listenerId, address.data(), address.size(), static_cast<uint16_t>(protocol.id()),
-      info.ringAddress, info.ringKey);
+      info.ringAddress, info.ringKey, info.ringRailKeys);
   return device().controlChannel().send(connectSend_, control().data, control().desc, peer_,
                                         handle.listenerId, wire::ControlKind::kConnect, &message,
                                         sizeof(message));

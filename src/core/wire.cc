@@ -21,7 +21,8 @@ bool checkHeader(const Message& message, size_t size, const char* what, std::str
   }
   if (message.version != kVersion) {
     *reason = std::string(what) + " has version " + std::to_string(message.version) +
-              ", expected " + std::to_string(kVersion);
+              ", expected " + std::to_string(kVersion) +
+              " (the peer runs another release of the plugin: run one on every rank)";
     return false;
   }
   return true;
@@ -118,7 +119,7 @@ bool decodeListenHandle(const void* data, size_t size, const std::string& provid
 
 ConnectMessage makeConnectMessage(uint32_t senderCommId, uint32_t listenerId, const void* address,
                                   size_t addressLength, uint16_t protocol, uint64_t ringAddress,
-                                  uint64_t ringKey) {
+                                  uint64_t ringKey, const uint64_t* ringRailKeys) {
   if (addressLength > kMaxAddressLength) throw std::runtime_error("endpoint address too long");
   ConnectMessage message{};
   message.magic = ConnectMessage::kMagic;
@@ -133,11 +134,28 @@ ConnectMessage makeConnectMessage(uint32_t senderCommId, uint32_t listenerId, co
   memcpy(message.address, address, addressLength);
   message.ringAddress = ringAddress;
   message.ringKey = ringKey;
+  if (ringRailKeys != nullptr) {
+    memcpy(message.ringRailKeys, ringRailKeys, sizeof(message.ringRailKeys));
+  }
   return message;
 }
 
 bool decodeConnectMessage(const void* data, size_t size, uint32_t expectedListenerId,
                           ConnectMessage* out, std::string* reason) {
+  // Another version's message may have another size: its version is the reason to give.
+  struct Prefix {
+    uint32_t magic;
+    uint16_t version;
+  } prefix;
+  if (size >= sizeof(prefix)) {
+    memcpy(&prefix, data, sizeof(prefix));
+    if (prefix.magic == ConnectMessage::kMagic && prefix.version != kVersion) {
+      ConnectMessage versioned{};
+      versioned.magic = prefix.magic;
+      versioned.version = prefix.version;
+      return checkHeader(versioned, size, "connect message", reason);
+    }
+  }
   if (!checkSize(size, sizeof(ConnectMessage), "connect message", reason)) return false;
   ConnectMessage message;
   memcpy(&message, data, sizeof(message));

@@ -11,7 +11,10 @@
 
 namespace nnf::core::wire {
 
-constexpr uint16_t kVersion = 3;  // 2: protocol ids and the rdma ring; 3: rail addresses
+// 2: protocol ids and the rdma ring; 3: rail addresses; 4: the rdma ring's key on every rail
+// (and the rdma eager grant's, protocol/rdma_eager.h). Both ends check it: a peer of another
+// version is refused with a reason naming both versions.
+constexpr uint16_t kVersion = 4;
 constexpr size_t kMaxAddressLength = 96;
 // The rails of a device beyond its leader, as an accept message carries them (EFA addresses
 // are 32 bytes, IPv6 sockaddrs 28).
@@ -76,11 +79,13 @@ struct ConnectMessage {
   uint32_t pid;       // with hostId: lets a peer on the same host notice that we died
   uint64_t hostId;
   uint8_t address[kMaxAddressLength];
-  // rdma protocol: the sender's descriptor ring, where the receiver writes its buffers' keys.
+  // rdma protocol: the sender's descriptor ring, where the receiver writes its buffers' keys,
+  // registered on every rail: its key on the leader, then on rails 1.. (0 where none).
   uint64_t ringAddress;
   uint64_t ringKey;
+  uint64_t ringRailKeys[kMaxRails - 1];
 };
-static_assert(sizeof(ConnectMessage) == 144);
+static_assert(sizeof(ConnectMessage) == 168);
 
 // Listener → sender: "your receiver is recv comm `recvCommId`, and its rails 1.. are at these
 // addresses" (rdma writes data on every rail; rail 0, the leader, is the listen handle's).
@@ -113,10 +118,12 @@ ListenHandle makeListenHandle(uint32_t listenerId, const std::string& provider, 
 bool decodeListenHandle(const void* data, size_t size, const std::string& provider,
                         ListenHandle* out, std::string* reason);
 
-// `protocol`, `ringAddress`, `ringKey`: the data protocol and, for rdma, the descriptor ring.
+// `protocol`, `ringAddress`, `ringKey`: the data protocol and, for rdma, the descriptor ring;
+// `ringRailKeys`: its keys on rails 1..kMaxRails-1 (null: none).
 ConnectMessage makeConnectMessage(uint32_t senderCommId, uint32_t listenerId, const void* address,
                                   size_t addressLength, uint16_t protocol = 0,
-                                  uint64_t ringAddress = 0, uint64_t ringKey = 0);
+                                  uint64_t ringAddress = 0, uint64_t ringKey = 0,
+                                  const uint64_t* ringRailKeys = nullptr);
 bool decodeConnectMessage(const void* data, size_t size, uint32_t expectedListenerId,
                           ConnectMessage* out, std::string* reason);
 

@@ -17,9 +17,16 @@ class RailSetRegistrar : public Registrar {
 
   int registerRegion(const Region& region, Registration* out) override;
   int deregister(Registration& registration) override;
+  // The same under the device's lock (the rdma protocol's rings and bounce areas, registered on
+  // every rail so that descriptors and eager messages may go on any).
+  int registerLocked(const Region& region, Registration* out) override;
+  int deregisterLocked(Registration& registration) override;
   size_t railCount() const { return rails_.size(); }
 
  private:
+  int registerOnEvery(const Region& region, Registration* out, bool locked);
+  int deregisterFromEvery(Registration& registration, bool locked);
+
   std::vector<FabricRegistrar*> rails_;
 };
 

@@ -33,9 +33,10 @@ class ArenaSlot {
 };
 
 // The peer's arena slot this comm writes into (the receiver: its sender's descriptor ring).
+// Registered on every rail of the peer's device: one key each (the address is the same).
 struct RemoteSlot {
   uint64_t address = 0;
-  uint64_t key = 0;
+  uint64_t keys[core::kMaxArenaRails] = {};
 };
 
 }  // namespace nnf::protocol::rdma

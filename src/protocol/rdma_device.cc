@@ -41,8 +41,10 @@ RdmaDevice::RdmaDevice(core::Device& device, DeviceSetup& setup) : device_(devic
 
 void RdmaDevice::start() {
   injectScratch_.resize(device_.injectLimit());
-  ringArena_ = std::make_unique<core::ControlArena>(&device_.registrar(), rdma::kArenaSlotBytes,
-                                                    FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE);
+  // On every rail: descriptor and credit writes go on any of them (rail r with the rail-r key).
+  ringArena_ =
+      std::make_unique<core::ControlArena>(&device_.everyRailRegistrar(), rdma::kArenaSlotBytes,
+                                           FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE);
   setUpEager();
 }
 
@@ -88,8 +90,9 @@ void RdmaDevice::setUpEager() {
   if (eagerMaxBytes_ == 0) return;
   // Few areas a chunk: each is 64 entries (about 520 KiB at 8 KiB), and EFA pins what it
   // registers. Remote reads: a GPU buffer's copy out of an entry is a read from our endpoint.
+  // On every rail: the sender spreads its eager messages over them.
   eagerArena_ = std::make_unique<core::ControlArena>(
-      &device_.registrar(), rdma::bounceBytes(eagerMaxBytes_),
+      &device_.everyRailRegistrar(), rdma::bounceBytes(eagerMaxBytes_),
       FI_WRITE | FI_REMOTE_WRITE | (rmaRead ? FI_REMOTE_READ : 0), /*slotsPerChunk=*/4);
   NNF_INFO(abi::kLogSubsysInit, "%s: rdma messages up to %zu bytes go eagerly (%u entries a comm)",
            name, eagerMaxBytes_, rdma::kEagerEntries);

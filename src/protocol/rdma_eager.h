@@ -66,12 +66,13 @@ static_assert(kEagerEntries < 128, "credits count modulo 256: a stale count must
 
 // What the receiver tells its sender in every credit write (the same bytes each time, so that
 // whichever credit write lands first describes the area).
+// The area is registered on every rail of the receiver's device: the sender writes entry n on
+// whichever rail it likes, with that rail's key (core/wire.h's version 4 says so).
 struct Grant {
-  uint64_t address;  // the bounce area at the receiver (the provider's addressing)
-  uint64_t key;      // its remote key on the leader rail
+  uint64_t address;          // the bounce area at the receiver (the provider's addressing)
+  uint64_t keys[kMaxRails];  // its remote key on each rail (0: none)
   uint32_t entries;
   uint32_t payload;  // bytes of message one entry holds
-  uint64_t reserved;
 };
 static_assert(sizeof(Grant) <= kGrantBytes);
 

@@ -45,8 +45,12 @@ bool EagerReceiver::grant() {
   if (!bounce_.acquire()) return false;  // logged by the arena; the comm works without eager
   payload_ = rdma_.eagerMaxBytes();
   auto* area = reinterpret_cast<Grant*>(staging_->data + kGrantOffset);
-  *area = Grant{bounce_->remoteAddress, bounce_->key, kEagerEntries,
-                static_cast<uint32_t>(payload_), 0};
+  Grant granted{};
+  granted.address = bounce_->remoteAddress;
+  for (size_t r = 0; r < bounce_->railCount; ++r) granted.keys[r] = bounce_->keyOf(r);
+  granted.entries = kEagerEntries;
+  granted.payload = static_cast<uint32_t>(payload_);
+  *area = granted;
   sendCredits();
   return true;
 }
@@ -63,14 +67,14 @@ void EagerReceiver::sendCredits() {
   uint64_t freed = inbox_.freed();
   write.request = nullptr;
   write.type = core::OpType::kWrite;
-  write.rail = 0;
+  write.rail = 0;  // as descriptor writes (RecvSlots::describe): the leader
   write.peer = comm_.peer();
   write.buffer = staging_->data + kGrantOffset;
   write.length = sizeof(Grant);
   write.desc = staging_->desc;
   write.headerLength = 0;
   write.remoteAddress = ring_.address + kGrantOffset;
-  write.remoteKey = ring_.key;
+  write.remoteKey = ring_.keys[0];
   write.tag = encodeCredits(comm_.remoteId(), static_cast<uint32_t>(freed & 0xff));
   // A failure is logged by the device; the sender goes on with what it was granted.
   if (writeOwn(comm_.device(), write) == abi::kSuccess) creditsReported_ = freed;

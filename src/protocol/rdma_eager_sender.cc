@@ -74,7 +74,7 @@ EagerHeader* EagerSender::headerStaging(uint32_t entry) const {
   head.tag = encodeEagerHeader(comm_.remoteId(), entry);
   abi::Result injected = device.inject(head);
   if (injected == abi::kSuccess) {
-    close_.countWrite(0);
+    close_.countWrite(op.rail);
     headerSaid_ = true;
     lastHeaderTag_ = tag;
     core::Operation message = op;
@@ -93,7 +93,7 @@ EagerHeader* EagerSender::headerStaging(uint32_t entry) const {
                                                               core::Request& request, size_t size) {
   if (injected == abi::kInProgress) return false;
   if (injected == abi::kSuccess) {
-    close_.countWrite(0);
+    close_.countWrite(request.ops[0].rail);  // the write took the request's operation's rail
     request.ops[0].transferred = size;
     request.state = core::Request::State::kDone;
   } else {
@@ -126,17 +126,20 @@ bool EagerSender::send(core::Request& request, int32_t tag, uint16_t seq,
   if (!credits_.take(&entry)) return false;
   EagerHeader* header = headerStaging(entry);
   *header = EagerHeader{tag, seq, 0, static_cast<uint32_t>(size), 0};
-  op.rail = 0;  // the bounce area is registered on the leader
-  op.peer = comm_.peer();
-  op.desc = handle != nullptr ? handle->descOn(0) : nullptr;
+  // The bounce area and our headers' staging are registered on every rail: the messages take
+  // the rails in turn (the entry, not the order, tells the receiver which message it is).
+  size_t rail = nextRail();
+  op.rail = static_cast<uint8_t>(rail);
+  op.peer = comm_.peer(rail);
+  op.desc = handle != nullptr ? handle->descOn(rail) : nullptr;
   op.length = size;
   op.segment.shareLeft = 0;  // one segment: nothing to post after it
   op.transferred = 0;
   op.header = header;
-  op.headerDesc = ring_->desc;
+  op.headerDesc = ring_->descOf(rail);
   op.headerLength = sizeof(EagerHeader);
   op.remoteAddress = grant_.address + bounceEntryOffset(entry, grant_.payload);
-  op.remoteKey = grant_.key;
+  op.remoteKey = grant_.keys[rail];
   op.tag = encodeEager(comm_.remoteId(), entry);
   request.count = 1;
   request.remaining = 0;
@@ -169,6 +172,8 @@ void EagerSender::onCredits(uint32_t freedMod256) {
   if (first) {
     // Every credit write carries the grant: whichever lands first describes the area.
     memcpy(&grant_, ring_->data + kGrantOffset, sizeof(grant_));
+    // Connected by now: the rails both ends drive are known.
+    rails_ = headerAhead_ ? 1 : comm_.rails();
     maxBytes_ = std::min<size_t>(rdma_.eagerMaxBytes(), grant_.payload);
     if (grant_.entries != kEagerEntries) maxBytes_ = 0;  // not ours to guess
     if (maxBytes_ > 0 && !voids_) {
@@ -197,7 +202,7 @@ void EagerSender::announceLimit() {
   write.desc = nullptr;
   write.headerLength = 0;
   write.remoteAddress = grant_.address;  // nothing is written: any valid target does
-  write.remoteKey = grant_.key;
+  write.remoteKey = grant_.keys[0];
   write.tag = encodeEagerLimit(comm_.remoteId(), maxBytes_);
   // A failure is the device's to log: the receiver then describes late what never comes.
   if (writeOwn(comm_.device(), write) != abi::kSuccess) return;

@@ -57,6 +57,10 @@ class EagerSender {
   void answerDescriptor(uint32_t slot, uint32_t index, const BufferDescriptor& buffer) {
     if (voids_) voids_->owe(slot, index, buffer);  // none without a grant: nothing went eagerly
   }
+  // A write of ours to the receiver completed on `rail`: eager messages may take that rail. (A
+  // provider that connects a rail at its first write, tcp beneath the EFA-rules stand-in,
+  // completes that write only once the receiver progresses: an eager message must not wait.)
+  void onRailReached(size_t rail) { reached_ |= 1u << rail; }
   // One of our own writes ended (the limit write, a void): true when `op` was one.
   bool onOwnCompletion(core::Operation& op, int error);
   // Our own writes owed or with the provider (the close's answer waits for them).
@@ -73,6 +77,17 @@ class EagerSender {
                        int32_t tag, uint32_t entry, size_t size);
   bool endedByInject(abi::Result injected, core::Request& request, size_t size);
   EagerHeader* headerStaging(uint32_t entry) const;
+  // The rail of the next eager message: the rails a write of ours reached in turn, except where
+  // the header goes ahead of its message or is left out (shm): those rely on one rail's order.
+  size_t nextRail() {
+    if (rails_ <= 1) return 0;
+    for (size_t tries = 0; tries < rails_; ++tries) {
+      size_t rail = nextRail_;
+      nextRail_ = rail + 1 == rails_ ? 0 : rail + 1;
+      if ((reached_ & (1u << rail)) != 0) return rail;
+    }
+    return 0;
+  }
 
   core::SendComm& comm_;
   RdmaDevice& rdma_;
@@ -86,6 +101,9 @@ class EagerSender {
   // The provider completes only inline writes while the receiver is busy (shm) and delivers in
   // order: a message that fits the inject size without its header goes as two inline writes.
   bool headerAhead_ = false;
+  size_t rails_ = 1;      // rails the eager messages take in turn (1 where the header goes ahead)
+  size_t nextRail_ = 0;   // the rail of the next eager message
+  uint32_t reached_ = 1;  // rails a write of ours completed on (bit r), the leader's always
   // The tag of the last eager header the receiver surely got (written inline): a message of the
   // same tag that needs its header ahead goes without it (control 6), one write instead of two.
   bool headerSaid_ = false;

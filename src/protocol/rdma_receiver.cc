@@ -29,7 +29,8 @@ Receiver::Receiver(core::RecvComm& comm, RdmaDevice& rdma)
 bool Receiver::start(const ConnectInfo& info) {
   if (!staging_.acquire()) return false;
   ring_.address = info.ringAddress;
-  ring_.key = info.ringKey;
+  ring_.keys[0] = info.ringKey;
+  for (size_t r = 1; r < kMaxRails; ++r) ring_.keys[r] = info.ringRailKeys[r - 1];
   return true;
 }
 

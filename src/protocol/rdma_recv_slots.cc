@@ -32,7 +32,9 @@ abi::Result RecvSlots::describe(uint32_t slot) {
   op.desc = staging_->desc;
   op.peer = comm_.peer();
   op.remoteAddress = ring_.address + entryOffset(slot);
-  op.remoteKey = ring_.key;
+  // The leader: this side knows the sender's address there only (the connect message carries
+  // no other rail's), though the ring is registered on every rail.
+  op.remoteKey = ring_.keys[0];
   op.tag = encodeDescriptors(comm_.remoteId(), slot, progress(slot).groupSize());
   return writeOwn(comm_.device(), op);
 }

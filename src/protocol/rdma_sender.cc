@@ -31,6 +31,7 @@ bool Sender::start(ConnectInfo* info) {
   if (!ring_.acquire()) return false;
   info->ringAddress = ring_->remoteAddress;
   info->ringKey = ring_->key;
+  for (size_t r = 1; r < ring_->railCount; ++r) info->ringRailKeys[r - 1] = ring_->keyOf(r);
   return true;
 }
 
@@ -173,6 +174,7 @@ bool Sender::onOwnCompletion(core::Operation& op, int error) {
 bool Sender::continueWrite(core::Operation& op) {
   // Every write of a request that completes carried immediate data: the receiver counts it.
   if (op.rail < kMaxRails) close_.countWrite(op.rail);
+  if (op.rail != 0 && op.rail < kMaxRails) eager_.onRailReached(op.rail);
   return striper_.continueWrite(op);
 }
 

@@ -26,7 +26,7 @@ void checkReencodes(const std::vector<uint8_t>& bytes, const ConnectMessage& dec
          core::wire::kMaxAddressLength - expected.addressLength);
   ConnectMessage again = core::wire::makeConnectMessage(
       decoded.senderCommId, decoded.listenerId, decoded.address, decoded.addressLength,
-      decoded.protocol, decoded.ringAddress, decoded.ringKey);
+      decoded.protocol, decoded.ringAddress, decoded.ringKey, decoded.ringRailKeys);
   NNF_FUZZ_CHECK(memcmp(&again, &expected, sizeof(again)) == 0);
 
   ConnectMessage twice;

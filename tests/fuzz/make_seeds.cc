@@ -111,8 +111,11 @@ int run(const std::string& root) {
 
   auto connect16 = core::wire::makeConnectMessage(5, 7, address, 16);
   writeFile(root + "/connect_message/tcp_16", &connect16, sizeof(connect16));
+  // An rdma sender of four rails: the ring's key on each (wire version 4).
+  const uint64_t ringRailKeys[core::wire::kMaxRails - 1] = {0x2222, 0x3333, 0x4444};
   auto connect96 = core::wire::makeConnectMessage(core::tags::kMaxCommId, 7, address,
-                                                  core::wire::kMaxAddressLength);
+                                                  core::wire::kMaxAddressLength, 2, 0x7f0000001000,
+                                                  0x1111, ringRailKeys);
   writeFile(root + "/connect_message/max", &connect96, sizeof(connect96));
 
   auto accept = core::wire::makeAcceptMessage(11, 7);

@@ -153,7 +153,26 @@ TEST(ConnectMessage, RoundTripsAndChecksListener) {
   EXPECT_FALSE(wire::decodeConnectMessage(&message, sizeof(message), 4, &decoded, &reason));
   EXPECT_TRUE(names(reason, "listener 3, not 4"));
   EXPECT_FALSE(wire::decodeConnectMessage(&message, sizeof(message) - 1, 3, &decoded, &reason));
-  EXPECT_TRUE(names(reason, "is 143 bytes, expected 144"));
+  EXPECT_TRUE(names(reason, "is 167 bytes, expected 168"));
+}
+
+// Version 4 carries the rdma ring's key on every rail, and is 24 bytes longer than version 3: a
+// peer of version 3 is refused for its version (not for its size), naming both.
+TEST(ConnectMessage, CarriesTheRingKeyOfEveryRailAndRefusesVersion3ForItsVersion) {
+  const uint64_t railKeys[wire::kMaxRails - 1] = {0x11, 0x22, 0x33};
+  wire::ConnectMessage message =
+      wire::makeConnectMessage(9, 3, kAddress, sizeof(kAddress), 2, 0x1000, 0x10, railKeys);
+  wire::ConnectMessage decoded;
+  std::string reason;
+  ASSERT_TRUE(wire::decodeConnectMessage(&message, sizeof(message), 3, &decoded, &reason));
+  EXPECT_EQ(decoded.ringKey, 0x10u);
+  for (size_t r = 0; r < wire::kMaxRails - 1; ++r) EXPECT_EQ(decoded.ringRailKeys[r], railKeys[r]);
+  wire::ConnectMessage old = message;
+  old.version = 3;
+  old.length = 144;
+  EXPECT_FALSE(wire::decodeConnectMessage(&old, 144, 3, &decoded, &reason));
+  EXPECT_TRUE(names(reason, "version 3, expected 4")) << reason;
+  EXPECT_TRUE(names(reason, "another release of the plugin")) << reason;
 }
 
 // Each field the decoder checks, broken alone in an otherwise valid message: rejected, for the

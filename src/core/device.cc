@@ -16,6 +16,18 @@ namespace {
 constexpr size_t kDrainedIds = 256;
 // Receives of the control channel, shared by every comm of the device.
 constexpr size_t kControlReceives = 64;
+
+// How many closed comm ids get a drain on `provider` (device `name`).
+size_t drainedIdsFor(const std::string& provider, const std::string& name) {
+  if (platform::wildcardReceivesSafe(platform::familyOf(provider), fi_version())) {
+    return kDrainedIds;
+  }
+  NNF_INFO(abi::kLogSubsysInit,
+           "%s: late messages of closed comms are not drained (shm before libfabric 2.0 "
+           "mismatches messages after a wildcard receive); they stay with the provider",
+           name.c_str());
+  return 0;
+}
 }  // namespace
 
 Device::Device(int index, const DeviceSpec& spec, std::unique_ptr<DeviceRails> rails,
@@ -29,6 +41,33 @@ Device::Device(int index, const DeviceSpec& spec, std::unique_ptr<DeviceRails> r
       properties_(spec.properties),
       railNames_(spec.railNames),
       gpus_(spec.gpus) {
+  adoptRailVerdict(spec);
+  protocol_ = protocols.create(*this, spec, *this);
+
+  cuda_ = spec.cuda;
+  flushSetting_ = memory::flushSettingFromConfig(config);
+  controlArena_ = std::make_unique<ControlArena>(
+      rail().needsLocalRegistration() ? &rails_->leaderRegistrar() : nullptr);
+  // The control ring and the drains are posted receives too: they count in the receive lane.
+  size_t drainedIds = drainedIdsFor(provider_, properties_.name);
+  controlChannel_ = std::make_unique<ControlChannel>(*this, kControlReceives);
+  groupOps_ = std::make_unique<OpPool>(static_cast<size_t>(std::max(properties_.maxRecvs, 1)));
+  prepareScratch(spec);
+  engine_->setReceiveRoom(scratch_.get());
+  drains_ = std::make_unique<DrainPool>(*this, drainedIds, scratch_.get());
+  // Late messages come within the close bound of their sender's close (10 s without one).
+  int64_t closeBoundMs = config.integer(config::Param::kCloseTimeoutMs);
+  keeper_ = std::make_unique<ProgressKeeper>(
+      *this, static_cast<uint64_t>(closeBoundMs > 0 ? closeBoundMs : 10000) * 1000000);
+  memory_ = std::make_unique<MemoryRegistry>(
+      rails_->dataRegistrar(), domainLock(), memory::MrCacheOptions::fromConfig(config), cuda_,
+      properties_.ptrSupport, rmaRead_ ? FI_REMOTE_READ : 0, rail().needsLocalRegistration(),
+      spec.rdma ? FI_WRITE | FI_REMOTE_WRITE : 0);
+  protocol_->startDevice(*this);
+  registerHostBuffers();
+}
+
+void Device::adoptRailVerdict(const DeviceSpec& spec) {
   const fi_info* leader = rails_->rail(0).info();
   localOnly_ = provider_ == "shm" ||
                ((leader->caps & FI_LOCAL_COMM) != 0 && (leader->caps & FI_REMOTE_COMM) == 0);
@@ -42,23 +81,10 @@ Device::Device(int index, const DeviceSpec& spec, std::unique_ptr<DeviceRails> r
   ll128Ok_ = verdict.ll128Ok;
   injectLimit_ = engine_->injectLimit();
   deliversInOrder_ = engine_->deliversInOrder();
-  protocol_ = protocols.create(*this, spec, *this);
+}
 
-  cuda_ = spec.cuda;
-  flushSetting_ = memory::flushSettingFromConfig(config);
-  controlArena_ = std::make_unique<ControlArena>(
-      rail().needsLocalRegistration() ? &rails_->leaderRegistrar() : nullptr);
-  // The control ring and the drains are posted receives too: they count in the receive lane.
-  size_t drainedIds = kDrainedIds;
-  if (!platform::wildcardReceivesSafe(platform::familyOf(provider_), fi_version())) {
-    drainedIds = 0;
-    NNF_INFO(abi::kLogSubsysInit,
-             "%s: late messages of closed comms are not drained (shm before libfabric 2.0 "
-             "mismatches messages after a wildcard receive); they stay with the provider",
-             properties_.name.c_str());
-  }
-  controlChannel_ = std::make_unique<ControlChannel>(*this, kControlReceives);
-  groupOps_ = std::make_unique<OpPool>(static_cast<size_t>(std::max(properties_.maxRecvs, 1)));
+void Device::prepareScratch(const DeviceSpec& spec) {
+  const fi_info* leader = rails_->rail(0).info();
   // Where the provider must never truncate a receive, drains take whole messages and data
   // receives get room after their buffers (one shared scratch area, address space only).
   if (platform::receivesNeedOverflowRoom(provider_)) {
@@ -83,17 +109,9 @@ Device::Device(int index, const DeviceSpec& spec, std::unique_ptr<DeviceRails> r
     size_t iovLimit = leader->rx_attr != nullptr ? leader->rx_attr->iov_limit : 0;
     roomForReceives_ = scratch_ != nullptr && iovLimit >= 2;
   }
-  engine_->setReceiveRoom(scratch_.get());
-  drains_ = std::make_unique<DrainPool>(*this, drainedIds, scratch_.get());
-  // Late messages come within the close bound of their sender's close (10 s without one).
-  int64_t closeBoundMs = config.integer(config::Param::kCloseTimeoutMs);
-  keeper_ = std::make_unique<ProgressKeeper>(
-      *this, static_cast<uint64_t>(closeBoundMs > 0 ? closeBoundMs : 10000) * 1000000);
-  memory_ = std::make_unique<MemoryRegistry>(
-      rails_->dataRegistrar(), domainLock(), memory::MrCacheOptions::fromConfig(config), cuda_,
-      properties_.ptrSupport, rmaRead_ ? FI_REMOTE_READ : 0, rail().needsLocalRegistration(),
-      spec.rdma ? FI_WRITE | FI_REMOTE_WRITE : 0);
-  protocol_->startDevice(*this);
+}
+
+void Device::registerHostBuffers() {
   if (scratch_ != nullptr && !platform::receivesNeedOverflowRoom(provider_) &&
       rail().needsLocalRegistration()) {
     if (memory_->registerHost(scratch_->data(), scratch_->size(), FI_RECV, &scratchHandle_) !=

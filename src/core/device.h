@@ -196,6 +196,11 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   // EngineEvents: a peer's write goes to the RMA layer (its mark) or to the protocol.
   void onRemoteWrite(size_t rail, uint64_t data, size_t length) override;
   bool onRemoteWriteError(uint64_t data, const char* why) override;
+  // The constructor's steps: what the rails' opening refused narrows the device; the scratch
+  // area for receives the provider must not truncate; the host buffers it registers.
+  void adoptRailVerdict(const DeviceSpec& spec);
+  void prepareScratch(const DeviceSpec& spec);
+  void registerHostBuffers();
   uint32_t allocateId();
   // Posts the control receives before the first comm (not at init: NCCL_PROTO is settled by
   // then, and a device NCCL never uses posts nothing). False, logged, when they cannot be.

@@ -21,6 +21,19 @@ namespace {
 struct ThreadsStopper {
   ~ThreadsStopper() { Plugin::instance().stopThreads(); }
 } threadsStopper;
+
+void logDevice(const Device& device) {
+  const DeviceProperties& props = device.properties();
+  std::string rails;
+  for (const std::string& rail : device.railNames()) rails += (rails.empty() ? "" : ",") + rail;
+  std::string gpus;
+  for (const std::string& gpu : device.gpus()) gpus += (gpus.empty() ? "" : ",") + gpu;
+  NNF_INFO(abi::kLogSubsysInit,
+           "device %d: %s rails=%s gpus=%s pci=%s speed=%d Mbps maxRecvs=%d ptrSupport=%d",
+           device.index(), props.name.c_str(), rails.c_str(), gpus.empty() ? "none" : gpus.c_str(),
+           props.pciPath.empty() ? "none" : props.pciPath.c_str(), props.speedMbps, props.maxRecvs,
+           props.ptrSupport);
+}
 }  // namespace
 
 void Plugin::stopThreads() {
@@ -38,14 +51,18 @@ abi::Result Plugin::init(abi::Logger logger) {
   // NCCL may initialise the plugin more than once per process: the first result stands.
   if (initDone_) return initResult_;
   initDone_ = true;
+  // Stays if an exception escapes to the export's firewall.
   initResult_ = abi::kInternalError;
+  initResult_ = initLocked();
+  return initResult_;
+}
 
+abi::Result Plugin::initLocked() {
   try {
     config_ = config::Config::load();
   } catch (const config::ConfigError& error) {
     NNF_WARN("invalid configuration: %s", error.what());
-    initResult_ = abi::kInvalidUsage;
-    return initResult_;
+    return abi::kInvalidUsage;
   }
   NNF_INFO(abi::kLogSubsysInit, "nccl-net-fabric %s, libfabric %u.%u (built with %d.%d)",
            NNF_VERSION, FI_MAJOR(fi_version()), FI_MINOR(fi_version()), FI_MAJOR_VERSION,
@@ -68,13 +85,22 @@ abi::Result Plugin::init(abi::Logger logger) {
     network = planNetwork(*config_, sources);
   } catch (const PlanError& error) {
     error.warn();
-    initResult_ = error.result();
-    return initResult_;
+    return error.result();
   }
-  const fabric::ProviderChoice& choice = network.choice;
-  provider_ = choice.provider;
-  DevicePlan& plan = network.devices;
+  provider_ = network.choice.provider;
 
+  preparePointerSupport(network.choice, gdrMode, network.devices);
+  openDevices(network.devices);
+  if (devices_.empty()) {
+    NNF_WARN("provider %s offers no usable NIC", provider_.c_str());
+    return abi::kSystemError;
+  }
+  publishDevices(network);
+  return abi::kSuccess;
+}
+
+void Plugin::preparePointerSupport(const fabric::ProviderChoice& choice, memory::GdrMode gdrMode,
+                                   DevicePlan& plan) {
   // Pointer support before the devices open; a device narrows it when its provider refuses an
   // option GPU buffers depend on (Device::openRails).
   platform::DmaBufInputs dmaBufInputs;
@@ -95,6 +121,10 @@ abi::Result Plugin::init(abi::Logger logger) {
     spec.cuda = cuda_->available() ? &*cuda_ : nullptr;
     spec.rmaRead = choice.rmaRead && (ptrSupport.bits & abi::kPtrCuda) != 0;
   }
+}
+
+void Plugin::openDevices(const DevicePlan& plan) {
+  // A device that fails to open is skipped; the others still serve.
   for (const DeviceSpec& spec : plan.specs) {
     try {
       addDevice(spec,
@@ -103,11 +133,9 @@ abi::Result Plugin::init(abi::Logger logger) {
       NNF_WARN("skipping device %s: %s", spec.properties.name.c_str(), error.what());
     }
   }
-  if (devices_.empty()) {
-    NNF_WARN("provider %s offers no usable NIC", provider_.c_str());
-    initResult_ = abi::kSystemError;
-    return initResult_;
-  }
+}
+
+void Plugin::publishDevices(const NetworkPlan& network) {
   // What the open devices really offer decides the rest: LL128 and the topology file's gdr.
   bool ll128Ok = true;
   bool gdr = true;
@@ -116,25 +144,12 @@ abi::Result Plugin::init(abi::Logger logger) {
     gdr = gdr && (device->properties().ptrSupport & abi::kPtrCuda) != 0;
   }
   platform::applyProto(platform::decideProto(ll128Ok, getenv("NCCL_PROTO")));
-  exportTopology(plan, gdr, network.carryingRails);
+  exportTopology(network.devices, gdr, network.carryingRails);
+  const fabric::ProviderChoice& choice = network.choice;
   NNF_INFO(abi::kLogSubsysInit, "using provider %s (version %u.%u), protocol %s, %zu device(s)",
            provider_.c_str(), FI_MAJOR(choice.providerVersion), FI_MINOR(choice.providerVersion),
            devices_.front()->protocol().name(), devices_.size());
-  for (const auto& device : devices_) {
-    const DeviceProperties& props = device->properties();
-    std::string rails;
-    for (const std::string& rail : device->railNames()) rails += (rails.empty() ? "" : ",") + rail;
-    std::string gpus;
-    for (const std::string& gpu : device->gpus()) gpus += (gpus.empty() ? "" : ",") + gpu;
-    NNF_INFO(abi::kLogSubsysInit,
-             "device %d: %s rails=%s gpus=%s pci=%s speed=%d Mbps maxRecvs=%d ptrSupport=%d",
-             device->index(), props.name.c_str(), rails.c_str(),
-             gpus.empty() ? "none" : gpus.c_str(),
-             props.pciPath.empty() ? "none" : props.pciPath.c_str(), props.speedMbps,
-             props.maxRecvs, props.ptrSupport);
-  }
-  initResult_ = abi::kSuccess;
-  return initResult_;
+  for (const auto& device : devices_) logDevice(*device);
 }
 
 void Plugin::initWith(config::Config config) {

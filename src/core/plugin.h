@@ -16,8 +16,14 @@
 #include "memory/cuda_driver.h"
 #include "nccl_net/types.h"
 
+namespace nnf::fabric {
+struct ProviderChoice;
+}  // namespace nnf::fabric
+
 namespace nnf::core {
 
+struct DevicePlan;
+struct NetworkPlan;
 class ListenComm;
 class SendComm;
 class RecvComm;
@@ -83,6 +89,13 @@ class Plugin {
   static Plugin* const instance_;
   Device* device(int dev, const char* caller);
   bool initialized() const;
+  // init()'s steps, under initMutex_; initLocked() returns what init() answers from then on.
+  abi::Result initLocked();
+  void preparePointerSupport(const fabric::ProviderChoice& choice, memory::GdrMode gdrMode,
+                             DevicePlan& plan);
+  void openDevices(const DevicePlan& plan);
+  // Applies the protocol and topology the open devices allow, and logs them.
+  void publishDevices(const NetworkPlan& network);
   // Validates an opaque comm pointer from NCCL; logs and returns nullptr when it is not one.
   template <typename CommType>
   CommType* checkComm(void* comm, Comm::Kind kind, const char* caller);

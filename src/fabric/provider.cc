@@ -71,6 +71,74 @@ std::vector<InfoPtr> domainsWith(const InfoQuery& query, const std::string& prov
   return domains;
 }
 
+// `requested` when libfabric lists it, else efa, else the first provider not skipped by
+// default. Throws when none fits.
+std::string chooseProvider(const InfoPtr& all, const std::string& requested) {
+  std::string chosen;
+  for (fi_info* info = all.get(); info != nullptr && chosen.empty(); info = info->next) {
+    std::string name = info->fabric_attr->prov_name;
+    if (!requested.empty()) {
+      if (providerMatches(requested, name)) chosen = name;
+    } else if (name == "efa") {
+      chosen = name;
+    }
+  }
+  if (chosen.empty() && !requested.empty()) {
+    throw std::runtime_error("NCCL_FABRIC_PROVIDER=" + requested +
+                             " is not available with RDM endpoints and tagged messages");
+  }
+  for (fi_info* info = all.get(); info != nullptr && chosen.empty(); info = info->next) {
+    std::string name = info->fabric_attr->prov_name;
+    if (skippedByDefault(name)) {
+      NNF_INFO(abi::kLogSubsysInit, "skipping provider %s (too slow; name it explicitly to use it)",
+               name.c_str());
+      continue;
+    }
+    chosen = name;
+  }
+  if (chosen.empty()) throw std::runtime_error("no usable libfabric provider found");
+  return chosen;
+}
+
+// Asks the chosen provider for RMA writes (with reads first): the caps every domain offers,
+// which `choice` then holds, or 0.
+uint64_t askForRma(const InfoQuery& query, ProviderChoice& choice) {
+  for (uint64_t caps : {kRmaWriteCaps | kRmaReadCaps, kRmaWriteCaps}) {
+    std::vector<InfoPtr> domains =
+        domainsWith(query, choice.provider, caps, choice.domains.size(), false, false);
+    if (domains.empty()) continue;
+    choice.domains = std::move(domains);
+    choice.rma = true;
+    return caps;
+  }
+  return 0;
+}
+
+#if NNF_HAVE_FI_HMEM
+// Asks the chosen provider again for device memory, keeping `rmaCaps`; `choice` is left for
+// host memory only when it cannot.
+void askForHmem(const InfoQuery& query, uint64_t rmaCaps, ProviderChoice& choice) {
+  // With the flush read first, then without it, then (a provider that reads no GPU memory)
+  // without the RMA layer's gets: GPU memory matters more than gets.
+  const uint64_t writesOnly = rmaCaps != 0 ? kRmaWriteCaps : 0;
+  struct Attempt {
+    bool withRead;
+    uint64_t caps;
+  };
+  for (Attempt attempt :
+       {Attempt{true, rmaCaps}, Attempt{false, rmaCaps}, Attempt{false, writesOnly}}) {
+    bool withRead = attempt.withRead;
+    std::vector<InfoPtr> domains =
+        domainsWith(query, choice.provider, attempt.caps, choice.domains.size(), true, withRead);
+    if (domains.empty()) continue;  // the provider cannot do it; host memory it is
+    choice.domains = std::move(domains);
+    choice.hmem = true;
+    choice.rmaRead = withRead;
+    break;
+  }
+}
+#endif
+
 }  // namespace
 
 bool skippedByDefault(const std::string& provName) {
@@ -122,30 +190,7 @@ ProviderChoice selectProvider(const std::string& requested, bool wantHmem, bool 
                         : ""));
   }
 
-  std::string chosen;
-  for (fi_info* info = all.get(); info != nullptr && chosen.empty(); info = info->next) {
-    std::string name = info->fabric_attr->prov_name;
-    if (!requested.empty()) {
-      if (providerMatches(requested, name)) chosen = name;
-    } else if (name == "efa") {
-      chosen = name;
-    }
-  }
-  if (chosen.empty() && !requested.empty()) {
-    throw std::runtime_error("NCCL_FABRIC_PROVIDER=" + requested +
-                             " is not available with RDM endpoints and tagged messages");
-  }
-  for (fi_info* info = all.get(); info != nullptr && chosen.empty(); info = info->next) {
-    std::string name = info->fabric_attr->prov_name;
-    if (skippedByDefault(name)) {
-      NNF_INFO(abi::kLogSubsysInit, "skipping provider %s (too slow; name it explicitly to use it)",
-               name.c_str());
-      continue;
-    }
-    chosen = name;
-  }
-  if (chosen.empty()) throw std::runtime_error("no usable libfabric provider found");
-
+  std::string chosen = chooseProvider(all, requested);
   ProviderChoice choice;
   choice.provider = chosen;
   for (fi_info* info = all.get(); info != nullptr; info = info->next) {
@@ -154,38 +199,9 @@ ProviderChoice selectProvider(const std::string& requested, bool wantHmem, bool 
   }
   choice.domains = domainsOf(all, chosen);
   uint64_t rmaCaps = 0;
-  if (wantRma) {
-    for (uint64_t caps : {kRmaWriteCaps | kRmaReadCaps, kRmaWriteCaps}) {
-      std::vector<InfoPtr> domains =
-          domainsWith(query, chosen, caps, choice.domains.size(), false, false);
-      if (domains.empty()) continue;
-      choice.domains = std::move(domains);
-      choice.rma = true;
-      rmaCaps = caps;
-      break;
-    }
-  }
+  if (wantRma) rmaCaps = askForRma(query, choice);
 #if NNF_HAVE_FI_HMEM
-  if (wantHmem) {
-    // With the flush read first, then without it, then (a provider that reads no GPU memory)
-    // without the RMA layer's gets: GPU memory matters more than gets.
-    const uint64_t writesOnly = rmaCaps != 0 ? kRmaWriteCaps : 0;
-    struct Attempt {
-      bool withRead;
-      uint64_t caps;
-    };
-    for (Attempt attempt : {Attempt{true, rmaCaps}, Attempt{false, rmaCaps},
-                            Attempt{false, writesOnly}}) {
-      bool withRead = attempt.withRead;
-      std::vector<InfoPtr> domains =
-          domainsWith(query, chosen, attempt.caps, choice.domains.size(), true, withRead);
-      if (domains.empty()) continue;  // the provider cannot do it; host memory it is
-      choice.domains = std::move(domains);
-      choice.hmem = true;
-      choice.rmaRead = withRead;
-      break;
-    }
-  }
+  if (wantHmem) askForHmem(query, rmaCaps, choice);
 #endif
   return choice;
 }

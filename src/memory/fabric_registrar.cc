@@ -136,8 +136,23 @@ int FabricRegistrar::registerLocked(const Region& region, Registration* out) {
 #endif
 
   uint64_t key = 0;
+  fid_mr* mr = nullptr;
+  rc = openRegistration(region, attr, flags, &mr, &key);
+  if (rc != 0) return rc;
+  out->desc = fi_mr_desc(mr);
+  out->key = key;
+  out->remoteBase = virtualAddressing() ? reinterpret_cast<uint64_t>(region.base) : 0;
+  out->base = region.base;
+  out->length = region.length;
+  out->provider = mr;
+  return 0;
+}
+
+int FabricRegistrar::openRegistration(const Region& region, fi_mr_attr& attr, uint64_t flags,
+                                      fid_mr** out, uint64_t* outKey) {
+  uint64_t key = 0;
   if (!providerKeys()) {
-    rc = takeKey(&key);
+    int rc = takeKey(&key);
     if (rc != 0) {
       warnRefused(region, "no free application key in the provider's key space", rc);
       return rc;
@@ -145,7 +160,7 @@ int FabricRegistrar::registerLocked(const Region& region, Registration* out) {
     attr.requested_key = key;
   }
   fid_mr* mr = nullptr;
-  rc = fi_mr_regattr(domain_, &attr, flags, &mr);
+  int rc = fi_mr_regattr(domain_, &attr, flags, &mr);
   if (rc != 0) {
     if (!providerKeys()) returnKey(key);
     warnRefused(region, "fi_mr_regattr failed", rc);
@@ -169,12 +184,8 @@ int FabricRegistrar::registerLocked(const Region& region, Registration* out) {
       return -FI_ENOKEY;
     }
   }
-  out->desc = fi_mr_desc(mr);
-  out->key = key;
-  out->remoteBase = virtualAddressing() ? reinterpret_cast<uint64_t>(region.base) : 0;
-  out->base = region.base;
-  out->length = region.length;
-  out->provider = mr;
+  *out = mr;
+  *outKey = key;
   return 0;
 }
 

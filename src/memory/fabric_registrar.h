@@ -44,6 +44,10 @@ class FabricRegistrar : public Registrar {
   int checkRegion(const Region& region) const;
   int takeKey(uint64_t* key);
   void returnKey(uint64_t key);
+  // registerLocked()'s provider calls: takes a key where the application chooses them,
+  // registers `attr`, binds and enables where mr_mode asks. Warns and undoes on failure.
+  int openRegistration(const Region& region, fi_mr_attr& attr, uint64_t flags, fid_mr** out,
+                       uint64_t* outKey);
 
   fid_domain* domain_;
   fabric::DomainLock& lock_;

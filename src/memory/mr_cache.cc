@@ -115,21 +115,12 @@ int MrCache::acquire(const Region& region, MrHandle** out) {
   }
   ++stats_.misses;
 
-  // Collect indexed entries of the same kind overlapping the new range (the index does not
-  // overlap within a kind, so they are the predecessor and the ones starting inside the range).
+  // A miss registers one entry that takes over what it overlaps: their access, and for host
+  // memory their ranges too.
   std::vector<MrHandle*> overlapped;
   uint64_t access = region.access;
   if (options_.enabled) {
-    auto sameKind = [&](const MrHandle* entry) {
-      return entry->type_ == region.type && entry->device_ == device;
-    };
-    auto it = index_.upper_bound(Key{static_cast<int>(region.type), device, start});
-    if (it != index_.begin()) {
-      MrHandle* before = std::prev(it)->second;
-      if (sameKind(before) && before->end_ > start) overlapped.push_back(before);
-    }
-    for (; it != index_.end() && sameKind(it->second) && it->second->start_ < end; ++it)
-      overlapped.push_back(it->second);
+    collectOverlapped(region.type, device, start, end, overlapped);
     for (MrHandle* entry : overlapped) access |= entry->access_;
   }
   if (region.type == MemType::kHost) {
@@ -144,33 +135,58 @@ int MrCache::acquire(const Region& region, MrHandle** out) {
   wanted.length = end - start;
   wanted.device = device;
   wanted.access = access;
+  MrHandle* entry = nullptr;
+  int rc = createEntry(wanted, &entry);
+  if (rc != 0) return rc;
+  if (options_.enabled) replaceInIndex(entry, overlapped);
+  *out = entry;
+  return 0;
+}
+
+void MrCache::collectOverlapped(MemType type, int device, uintptr_t start, uintptr_t end,
+                                std::vector<MrHandle*>& overlapped) {
+  // The index does not overlap within a kind, so they are the predecessor and the ones
+  // starting inside the range.
+  auto sameKind = [&](const MrHandle* entry) {
+    return entry->type_ == type && entry->device_ == device;
+  };
+  auto it = index_.upper_bound(Key{static_cast<int>(type), device, start});
+  if (it != index_.begin()) {
+    MrHandle* before = std::prev(it)->second;
+    if (sameKind(before) && before->end_ > start) overlapped.push_back(before);
+  }
+  for (; it != index_.end() && sameKind(it->second) && it->second->start_ < end; ++it)
+    overlapped.push_back(it->second);
+}
+
+int MrCache::createEntry(const Region& wanted, MrHandle** out) {
   auto* entry = new MrHandle;
   int rc = registrar_.registerRegion(wanted, &entry->registration_);
   if (rc != 0) {
     delete entry;
     return rc;
   }
-  entry->start_ = start;
-  entry->end_ = end;
-  entry->type_ = region.type;
-  entry->device_ = device;
-  entry->access_ = access;
+  entry->start_ = reinterpret_cast<uintptr_t>(wanted.base);
+  entry->end_ = entry->start_ + wanted.length;
+  entry->type_ = wanted.type;
+  entry->device_ = wanted.device;
+  entry->access_ = wanted.access;
   entry->refs_ = 1;
   entries_.insert(entry);
   ++stats_.live;
-
-  if (options_.enabled) {
-    // The new entry replaces what it overlaps in the index; unreferenced ones are released now,
-    // referenced ones live on for their holders and go with their last release.
-    for (MrHandle* old : overlapped) {
-      unindex(old);
-      if (old->refs_ == 0) destroy(old);
-    }
-    index_.emplace(keyOf(entry), entry);
-    entry->indexed_ = true;
-  }
   *out = entry;
   return 0;
+}
+
+void MrCache::replaceInIndex(MrHandle* entry, const std::vector<MrHandle*>& overlapped) {
+  // Unreferenced entries it overlaps are released now; referenced ones live on for their
+  // holders and go with their last release.
+  for (MrHandle* old : overlapped) {
+    unindex(old);
+    if (old->refs_ == 0) destroy(old);
+  }
+  index_.emplace(keyOf(entry), entry);
+  entry->indexed_ = true;
 }
 
 int MrCache::release(MrHandle* handle) {

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "memory/region.h"
 
@@ -103,6 +104,14 @@ class MrCache {
   void unkeep(MrHandle* entry);
   void destroy(MrHandle* entry);
   void trimLocked();
+  // acquire()'s steps, under mutex_. Indexed entries of the same kind that overlap
+  // [start, end), in address order.
+  void collectOverlapped(MemType type, int device, uintptr_t start, uintptr_t end,
+                         std::vector<MrHandle*>& overlapped);
+  // Registers `wanted` as a new entry with one reference; the registrar's error otherwise.
+  int createEntry(const Region& wanted, MrHandle** out);
+  // The new entry takes the place in the index of the entries it overlaps.
+  void replaceInIndex(MrHandle* entry, const std::vector<MrHandle*>& overlapped);
 
   Registrar& registrar_;
   MrCacheOptions options_;

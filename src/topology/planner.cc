@@ -113,26 +113,10 @@ void placeBucket(const std::vector<const Site*>& sites, std::vector<Group>& grou
   }
 }
 
-}  // namespace
-
-const char* placementName(Placement placement) {
-  switch (placement) {
-    case Placement::kGpu:
-      return "gpu";
-    case Placement::kManual:
-      return "manual";
-    case Placement::kNoGpu:
-      return "no-gpu";
-    case Placement::kNoPci:
-      return "no-pci";
-  }
-  return "?";
-}
-
-Plan planDevices(const std::vector<Nic>& nics, const Topology* topo, const RailGroups& rails) {
-  // NICs named by a manual rail group leave automatic placement.
+// NICs named by a manual rail group leave automatic placement: marked in `taken`.
+std::vector<std::vector<size_t>> manualGroups(const std::vector<Nic>& nics, const RailGroups& rails,
+                                              std::vector<bool>& taken) {
   std::vector<std::vector<size_t>> manual;
-  std::vector<bool> taken(nics.size(), false);
   for (const std::vector<std::string>& names : rails) {
     std::vector<size_t> group;
     for (const std::string& name : names) {
@@ -151,11 +135,14 @@ Plan planDevices(const std::vector<Nic>& nics, const Topology* topo, const RailG
     }
     if (!group.empty()) manual.push_back(std::move(group));
   }
+  return manual;
+}
 
-  std::vector<hwloc_obj_t> gpus;
-  if (topo != nullptr) gpus = topo->gpus();
-
-  std::vector<hwloc_obj_t> objOf(nics.size(), nullptr);
+// Fills `objOf` with each PCI NIC's hwloc object (null when hwloc lacks it) and returns the
+// sites of those left to automatic placement.
+std::vector<Site> locateNics(const std::vector<Nic>& nics, const Topology* topo,
+                             const std::vector<hwloc_obj_t>& gpus, const std::vector<bool>& taken,
+                             std::vector<hwloc_obj_t>& objOf) {
   std::vector<Site> sites;
   for (size_t i = 0; i < nics.size(); ++i) {
     if (topo == nullptr || !nics[i].pci) continue;
@@ -167,7 +154,12 @@ Plan planDevices(const std::vector<Nic>& nics, const Topology* topo, const RailG
     }
     if (!taken[i]) sites.push_back(locate(i, objOf[i], gpus));
   }
+  return sites;
+}
 
+// Automatic placement: the sites' groups with their GPUs, in the PCI order of their first GPU.
+std::vector<Group> groupSites(const std::vector<Nic>& nics, const std::vector<Site>& sites,
+                              const std::vector<hwloc_obj_t>& objOf) {
   // Bucket NICs by their nearest bridge; deeper buckets choose GPUs first.
   std::map<hwloc_obj_t, std::vector<const Site*>> buckets;
   for (const Site& site : sites)
@@ -192,9 +184,13 @@ Plan planDevices(const std::vector<Nic>& nics, const Topology* topo, const RailG
   std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
     return pciAddressOf(a.gpus.front()) < pciAddressOf(b.gpus.front());
   });
+  return groups;
+}
 
-  for (const Group& group : groups)
-    for (size_t nic : group.nics) taken[nic] = true;
+// A manual group serves every GPU that is nearest to any of its NICs.
+void addManualGroups(const std::vector<std::vector<size_t>>& manual,
+                     const std::vector<hwloc_obj_t>& objOf, const std::vector<hwloc_obj_t>& gpus,
+                     std::vector<Group>& groups) {
   for (const std::vector<size_t>& members : manual) {
     Group group;
     group.placement = Placement::kManual;
@@ -207,14 +203,22 @@ Plan planDevices(const std::vector<Nic>& nics, const Topology* topo, const RailG
     orderGpusFrom(objOf[members.front()], group.gpus);
     groups.push_back(std::move(group));
   }
-  for (size_t i = 0; i < nics.size(); ++i) {
+}
+
+// Every NIC no group took becomes a device of its own, without GPUs.
+void addLoneNics(const std::vector<bool>& taken, const std::vector<hwloc_obj_t>& objOf,
+                 std::vector<Group>& groups) {
+  for (size_t i = 0; i < taken.size(); ++i) {
     if (taken[i]) continue;
     Group group;
     group.placement = objOf[i] != nullptr ? Placement::kNoGpu : Placement::kNoPci;
     group.nics.push_back(i);
     groups.push_back(std::move(group));
   }
+}
 
+Plan planOf(const std::vector<Group>& groups, const std::vector<hwloc_obj_t>& objOf,
+            const Topology* topo) {
   Plan plan;
   for (const Group& group : groups) {
     Device device;
@@ -230,6 +234,39 @@ Plan planDevices(const std::vector<Nic>& nics, const Topology* topo, const RailG
     plan.devices.push_back(std::move(device));
   }
   return plan;
+}
+
+}  // namespace
+
+const char* placementName(Placement placement) {
+  switch (placement) {
+    case Placement::kGpu:
+      return "gpu";
+    case Placement::kManual:
+      return "manual";
+    case Placement::kNoGpu:
+      return "no-gpu";
+    case Placement::kNoPci:
+      return "no-pci";
+  }
+  return "?";
+}
+
+Plan planDevices(const std::vector<Nic>& nics, const Topology* topo, const RailGroups& rails) {
+  std::vector<bool> taken(nics.size(), false);
+  std::vector<std::vector<size_t>> manual = manualGroups(nics, rails, taken);
+
+  std::vector<hwloc_obj_t> gpus;
+  if (topo != nullptr) gpus = topo->gpus();
+  std::vector<hwloc_obj_t> objOf(nics.size(), nullptr);
+  std::vector<Site> sites = locateNics(nics, topo, gpus, taken, objOf);
+
+  std::vector<Group> groups = groupSites(nics, sites, objOf);
+  for (const Group& group : groups)
+    for (size_t nic : group.nics) taken[nic] = true;
+  addManualGroups(manual, objOf, gpus, groups);
+  addLoneNics(taken, objOf, groups);
+  return planOf(groups, objOf, topo);
 }
 
 }  // namespace nnf::topology

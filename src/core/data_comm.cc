@@ -66,7 +66,7 @@ void DataComm::setPeerIdentity(uint32_t pid, uint64_t hostId) {
 }
 
 void DataComm::checkStalledNow(Request& request) {
-  uint64_t now = nowNs();
+  uint64_t now = device().nowNs();
   // The first check stamps the request: it runs a few polls after posting, close enough for
   // limits counted in milliseconds and seconds.
   if (request.postedNs == 0) request.postedNs = now;

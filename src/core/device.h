@@ -139,6 +139,8 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   // waits in the retry queue: no completion will follow, the send is done on return. kInProgress:
   // use post().
   abi::Result inject(const Operation& op) { return engine_->inject(op); }
+  // The clock the protocols' timing decisions read (OperationEngine::nowNs).
+  uint64_t nowNs() const { return engine_->nowNs(); }
   // Inject copies the buffer with the CPU: callers use it for host memory only.
   size_t injectLimit() const { return injectLimit_; }
   // The provider delivers one endpoint's operations to a peer in the order posted (shm, tcp):

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/op_queue.h"
 #include "core/operation_engine.h"
 #include "fabric/rail.h"
@@ -43,6 +44,7 @@ class FabricEngine final : public OperationEngine {
   size_t injectLimit() const override { return settings_.injectLimit; }
   bool deliversInOrder() const override { return settings_.deliversInOrder; }
   void setReceiveRoom(ScratchArea* room) override { room_ = room; }
+  uint64_t nowNs() const override { return core::nowNs(); }
 
  private:
   // Operations of one direction: posted count, the provider's limit, and those waiting.

@@ -65,6 +65,11 @@ class OperationEngine {
   // Receives posted with Operation::withRoom take `room` after their buffer (set by the device
   // before it posts any).
   virtual void setReceiveRoom(ScratchArea* room) = 0;
+
+  // The clock the protocols' timing decisions read (quiet times, late descriptions, stall
+  // checks), monotonic ns: the steady clock over libfabric, the fabric's own seeded clock in unit
+  // tests (so that a run whose decisions depend on time repeats).
+  virtual uint64_t nowNs() const = 0;
 };
 
 }  // namespace nnf::core

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/clock.h"
+#include "core/device.h"
 #include "core/memory_handle.h"
 #include "core/operation.h"
 #include "core/request.h"
@@ -33,7 +33,7 @@ class EagerSender {
   // small receives go undescribed or has been quiet (no descriptor for kEagerQuietNs: it is busy
   // elsewhere, or descheduled; until its next descriptors come). See SendEagerState.
   bool open() {
-    return mode_.open([] { return core::nowNs(); });
+    return mode_.open([this] { return comm_.device().nowNs(); });
   }
   // Whether a send of `size` bytes may go eagerly now (send()'s precondition).
   bool mayGo(size_t size) { return size <= maxBytes_ && open(); }
@@ -44,7 +44,7 @@ class EagerSender {
   // A descriptor group came; `ahead`: it said kEagerAhead. Returns true when the receiver's run
   // of undescribed small receives starts with it (sends waiting may go eagerly now).
   bool onDescriptorGroup(bool ahead) {
-    return mode_.onDescriptorGroup(ahead, [] { return core::nowNs(); });
+    return mode_.onDescriptorGroup(ahead, [this] { return comm_.device().nowNs(); });
   }
 
   // Writes the send in `request` (its first operation filled by the sender, its pendingSend

@@ -165,6 +165,10 @@ void FakeEngine::releaseHeld() {
   }
 }
 
+uint64_t FakeEngine::nowNs() const {
+  return fabric_.nowNs();
+}
+
 abi::Result FakeEngine::progress(core::EngineEvents& events) {
   fabric_.tick(*this);
   releaseHeld();

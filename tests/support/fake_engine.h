@@ -32,6 +32,7 @@ class FakeEngine final : public core::OperationEngine {
   size_t injectLimit() const override { return spec_.injectSize; }
   bool deliversInOrder() const override { return spec_.deliversInOrder; }
   void setReceiveRoom(core::ScratchArea* room) override { room_ = room; }
+  uint64_t nowNs() const override;
 
   size_t id() const { return id_; }
   const FakeKeys& keys() const { return keys_; }

@@ -29,7 +29,7 @@ FakeRails::FakeRails(FakeFabric& fabric, size_t id, const FakeRailSpec& spec, si
 FakeRails::~FakeRails() = default;
 
 FakeFabric::FakeFabric(const FakeFabricOptions& options)
-    : options_(options), random_(options.seed) {
+    : options_(options), random_(options.seed), clockRandom_(options.seed ^ 0x636c6f636bull) {
   transfers_.reserve(4096);
   free_.reserve(4096);
 }
@@ -167,6 +167,7 @@ void FakeFabric::scheduleCompletion(uint32_t index) {
 
 void FakeFabric::tick(FakeEngine& engine) {
   ++now_;
+  advanceClock();
   while (!events_.empty() && events_.top().time <= now_) {
     Event event = events_.top();
     events_.pop();
@@ -184,6 +185,15 @@ void FakeFabric::tick(FakeEngine& engine) {
     pump();
     pumping_ = false;
   }
+}
+
+void FakeFabric::advanceClock() {
+  if (options_.pauseOneIn != 0 && clockRandom_() % options_.pauseOneIn == 0) {
+    clockNs_ += options_.pauseNs + clockRandom_() % (options_.pauseNs + 1);
+    ++stats_.pauses;
+    return;
+  }
+  clockNs_ += 1 + clockRandom_() % std::max<uint64_t>(options_.tickNs, 1);
 }
 
 void FakeFabric::land(uint32_t index) {

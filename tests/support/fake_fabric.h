@@ -47,6 +47,13 @@ struct FakeFabricOptions {
   uint32_t longDelay = 40;
   uint32_t earlyCompletionOneIn = 8;  // posted writes and sends completed before they land
   uint32_t holdOneIn = 0;             // posts held back as by a full queue (0: never)
+  // The fabric's clock (FakeEngine::nowNs, what the protocols' quiet times and late descriptions
+  // read): every tick moves it 1..tickNs; one tick in pauseOneIn moves it pauseNs..2 * pauseNs
+  // instead, as when a process is descheduled (0: never). Drawn from its own generator, so the
+  // deliveries' draws stay those of the seed.
+  uint64_t tickNs = 1000;
+  uint32_t pauseOneIn = 4096;
+  uint64_t pauseNs = 1000000;
 };
 
 // What the fabric counts, for tests that must show a path was taken.
@@ -60,6 +67,7 @@ struct FakeStats {
   uint64_t reordered = 0;  // deliveries that overtook an earlier post on the same rails
   uint64_t cancelled = 0;
   uint64_t truncated = 0;  // messages longer than their receive
+  uint64_t pauses = 0;     // ticks that moved the clock by a pause
 };
 
 class FakeFabric;
@@ -114,6 +122,7 @@ class FakeFabric {
   enum class Kind : uint8_t { kWrite, kSend, kControlSend, kRead };
   FakeEngine* engineAt(size_t id) const { return id < engines_.size() ? engines_[id] : nullptr; }
   uint64_t draw() { return random_(); }
+  uint64_t nowNs() const { return clockNs_; }
   // Whether this post waits, held back as by a full queue.
   bool holdPost();
   // Moves `op` (posted: op.inFlight; else injected) from `source` to the peer it names.
@@ -169,6 +178,7 @@ class FakeFabric {
   };
 
   uint32_t delay();
+  void advanceClock();
   uint32_t newTransfer(FakeEngine& source, const core::Operation& op, Kind kind);
   void stage(Transfer& transfer);
   void schedule(uint32_t index);
@@ -186,7 +196,9 @@ class FakeFabric {
 
   FakeFabricOptions options_;
   std::mt19937_64 random_;
-  uint64_t now_ = 0;
+  uint64_t now_ = 0;  // in ticks
+  std::mt19937_64 clockRandom_;
+  uint64_t clockNs_ = 1000000000;  // from 1 s: 0 means "not stamped" to the comms
   uint64_t order_ = 0;
   std::vector<FakeEngine*> engines_;
   std::vector<Transfer> transfers_;

@@ -171,6 +171,9 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   bool roomForReceives() const { return roomForReceives_; }
   // The library is being unloaded: the device's own thread stops (device lock not held).
   void stopThreads() { keeper_->stop(); }
+  // Unit tests: the device's keeper runs only when the test turns it (ProgressKeeper).
+  void driveKeeperManually() { keeper_->driveManually(); }
+  void turnKeeperIfDue() { keeper_->turnIfDue(); }
   // A protocol owes its peer writes whose end only our own progress brings (the rdma sender's
   // voids, which free the receiver's slots): the device is kept progressing for a while even if
   // the application stops calling (device lock held).

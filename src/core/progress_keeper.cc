@@ -6,7 +6,6 @@
 #include <chrono>
 #include <system_error>
 
-#include "core/clock.h"
 #include "core/device.h"
 #include "log/log.h"
 
@@ -43,8 +42,9 @@ void ProgressKeeper::stop() {
 void ProgressKeeper::wake() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stop_) return;
-  lastActivityNs_ = nowNs();
+  lastActivityNs_ = device_.nowNs();
   active_ = true;
+  if (manual_) return;
   if (!thread_.joinable()) {
     try {
       ownerPid_ = getpid();
@@ -74,8 +74,23 @@ void ProgressKeeper::run() {
     bool needed = turn();
     lock.lock();
     // A close meanwhile (wake) renewed lastActivityNs_: the keeper goes on.
-    if (!needed && nowNs() - lastActivityNs_ >= idleNs_) active_ = false;
+    if (!needed && device_.nowNs() - lastActivityNs_ >= idleNs_) active_ = false;
   }
+}
+
+void ProgressKeeper::turnIfDue() {
+  uint64_t now = device_.nowNs();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!manual_ || stop_ || !active_ ||
+        now - lastTurnNs_ < static_cast<uint64_t>(std::chrono::nanoseconds(kTurn).count())) {
+      return;
+    }
+    lastTurnNs_ = now;
+  }
+  bool needed = turn();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!needed && device_.nowNs() - lastActivityNs_ >= idleNs_) active_ = false;
 }
 
 bool ProgressKeeper::turn() {
@@ -89,7 +104,7 @@ bool ProgressKeeper::turn() {
   if (activity != seenActivity_ || closing) {
     seenActivity_ = activity;
     std::lock_guard<std::mutex> lock(mutex_);
-    lastActivityNs_ = nowNs();
+    lastActivityNs_ = device_.nowNs();
   }
   return closing;
 }

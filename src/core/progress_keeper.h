@@ -34,6 +34,13 @@ class ProgressKeeper {
   // Ends the thread for good (the library is being unloaded: its code must not run any more);
   // later wakes do nothing. Device lock not held.
   void stop();
+  // Unit tests over the fake fabric (one thread drives both devices): no thread ever starts;
+  // wake() still marks the keeper active, and the test calls turnIfDue() where the thread
+  // would run, so a device progresses on its own exactly when the real keeper would make it.
+  void driveManually() { manual_ = true; }
+  // Manual mode: one turn when the keeper is active and a turn's interval has passed on the
+  // device's clock (device lock not held).
+  void turnIfDue();
   // Progress calls so far: the device counts its own, so that the keeper sees whether another
   // thread progressed meanwhile (device lock held).
   void noteProgress() { ++progressCalls_; }
@@ -54,7 +61,9 @@ class ProgressKeeper {
   std::condition_variable wakeUp_;
   bool active_ = false;
   bool stop_ = false;
-  int ownerPid_ = 0;  // the process that started the thread
+  bool manual_ = false;
+  uint64_t lastTurnNs_ = 0;  // manual mode
+  int ownerPid_ = 0;         // the process that started the thread
   std::thread thread_;
 };
 

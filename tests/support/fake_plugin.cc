@@ -25,8 +25,9 @@ FakePlugin::FakePlugin(const Options& options) : fabric_(options.fabric), plugin
     }
     plugin_.addDevice(spec, fabric_.open(options.rail, options.rails));
   }
-  // One thread drives both devices: their progress threads would race it for the fake's draws.
-  plugin_.stopThreads();
+  // One thread drives both devices: their keeper threads would race it for the fake's draws. The
+  // test turns them instead (turnKeepers), when and as often as the threads would run.
+  for (int index = 0; index < 2; ++index) device(index).driveKeeperManually();
   if (plugin_.listen(1, handle_, &listen_) != abi::kSuccess) ADD_FAILURE() << "listen failed";
 }
 

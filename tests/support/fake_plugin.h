@@ -56,6 +56,11 @@ class FakePlugin {
   // either engine (what the devices keep for themselves, control and drain receives, stays):
   // after the devices progressed on their own for a while, as their keeper threads would.
   ::testing::AssertionResult nothingHeld();
+  // Where the devices' keeper threads would run: each device whose keeper is awake and due
+  // (ProgressKeeper::turnIfDue) progresses once, unless the test progressed it meanwhile.
+  void turnKeepers() {
+    for (int index = 0; index < 2; ++index) device(index).turnKeeperIfDue();
+  }
 
  private:
   ::testing::AssertionResult holdsNothing();

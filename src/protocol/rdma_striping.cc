@@ -65,7 +65,12 @@ void Striper::refuse(core::Request& request, const Arrived& arrived, const Buffe
   if (result != abi::kSuccess) {
     request.remaining = 0;
     request.error = result;
+    return;
   }
+  // NCCL hears of this send's failure at its next test and may never call this sender again,
+  // while the receive waits for the notice (which may wait in the retry queue): the device keeps
+  // progressing until it has gone.
+  comm_.device().keepProgressing();
 }
 
 // Posts the share in `op` (written inline where `inject`: a small message of host memory, then

@@ -153,7 +153,7 @@ class Traffic {
     return "issued " + std::to_string(issued_) + " posted " + std::to_string(posted_) +
            " received " + std::to_string(counts_.messages) + " truncated " +
            std::to_string(counts_.truncated) + ", " + std::to_string(sends_.size()) +
-           " sends and " + std::to_string(recvs_.size()) + " receives outstanding";
+           " sends and " + std::to_string(recvs_.size()) + " receives outstanding" + outstanding();
   }
 
  private:
@@ -175,6 +175,22 @@ class Traffic {
     std::vector<Planned> buffers;
     std::vector<int> slots;
   };
+
+  // The receives still outstanding: each buffer's message (id, tag, place in its tag, size,
+  // buffer size).
+  std::string outstanding() const {
+    std::string text;
+    for (const Receive& receive : recvs_) {
+      text += " [receive";
+      for (const Planned& message : receive.buffers) {
+        text += " message " + std::to_string(message.id) + " tag " + std::to_string(message.tag) +
+                " #" + std::to_string(message.seq) + " " + std::to_string(message.size) + " B in " +
+                std::to_string(message.capacity);
+      }
+      text += "]";
+    }
+    return text;
+  }
 
   size_t uniform(size_t low, size_t high) { return low + random_() % (high - low + 1); }
 
@@ -424,6 +440,7 @@ TEST_P(RdmaOverFakeFabric, MixedMessagesLandWholeUnderAnyDeliveryOrder) {
     for (uint64_t step = 1;; ++step) {
       Traffic& one = *traffic[pick() % kPairs];
       if (!one.done()) one.step();
+      fake.turnKeepers();  // where the devices' keeper threads would progress them
       if (HasFatalFailure()) return;
       if (step % (1u << 20) != 0) continue;
       uint64_t doneNow = 0;
@@ -492,6 +509,66 @@ TEST_P(RdmaOverFakeFabric, MixedMessagesLandWholeUnderAnyDeliveryOrder) {
   }
   EXPECT_GE(static_cast<uint64_t>(warnings.truncations()), total.truncated);
   EXPECT_EQ(warnings.others(), 0);
+}
+
+// A send larger than its receive is refused at the sender, which writes the receiver a notice
+// (no data) so that the receive fails too. NCCL hears of the send's failure at once and may never
+// call this sender again; the notice, held back by a full queue, must still go (the device's
+// keeper progresses it), or the receive waits for ever.
+TEST_P(RdmaOverFakeFabric, ARefusedSendsNoticeGoesOutThoughItsSenderIsNeverCalledAgain) {
+  const FakeFamily& mode = GetParam();
+  WarnCounter warnings;
+  FakePlugin::Options options = fakeOptions(mode, 5);
+  options.fabric.holdOneIn = 1;  // every post waits, as behind a full provider queue
+  FakePlugin fake(options);
+  FakePlugin::Pair pair;
+  ASSERT_TRUE(fake.connect(&pair));
+  std::vector<uint8_t> out(1 << 16), in(1 << 16);
+  void* sendHandle = fake.registerMemory(pair.send, out.data(), out.size());
+  void* recvHandle = fake.registerMemory(pair.recv, in.data(), in.size());
+  core::Plugin& plugin = fake.plugin();
+
+  void* data[1] = {in.data()};
+  size_t sizes[1] = {143};
+  int tags[1] = {7};
+  void* handles[1] = {recvHandle};
+  core::Request* recv = nullptr;
+  core::Request* send = nullptr;
+  for (int tries = 0; tries < 1000 && recv == nullptr; ++tries) {
+    ASSERT_EQ(plugin.irecv(pair.recv, 1, data, sizes, tags, handles, &recv), abi::kSuccess);
+  }
+  for (int tries = 0; tries < 1000 && send == nullptr; ++tries) {
+    ASSERT_EQ(plugin.isend(pair.send, out.data(), out.size(), 7, sendHandle, &send), abi::kSuccess);
+  }
+  ASSERT_NE(recv, nullptr);
+  ASSERT_NE(send, nullptr);
+  // NCCL tests both until the send ends: it fails (its message does not fit).
+  int sendDone = 0;
+  abi::Result sendResult = abi::kSuccess;
+  for (int step = 0; step < 100000 && sendResult == abi::kSuccess && sendDone == 0; ++step) {
+    int done = 0;
+    ASSERT_EQ(plugin.test(recv, &done, nullptr, nullptr), abi::kSuccess);
+    ASSERT_EQ(done, 0) << "the receive completed before the sender saw its buffer";
+    sendResult = plugin.test(send, &sendDone, nullptr, nullptr);
+    fake.turnKeepers();
+  }
+  ASSERT_NE(sendResult, abi::kSuccess) << "the send of a message too large did not fail";
+  // From now on only the receiver's side is called (and the keepers run as their threads would).
+  abi::Result recvResult = abi::kSuccess;
+  int recvDone = 0;
+  for (int step = 0; step < 200000 && recvResult == abi::kSuccess && recvDone == 0; ++step) {
+    recvResult = plugin.test(recv, &recvDone, nullptr, nullptr);
+    fake.turnKeepers();
+  }
+  EXPECT_NE(recvResult, abi::kSuccess)
+      << (recvDone != 0 ? "the receive of a refused send completed"
+                        : "the receive of a refused send never ended: its notice stayed held");
+  EXPECT_EQ(fake.closeSend(pair.send), abi::kSuccess);
+  EXPECT_EQ(fake.closeRecv(pair.recv), abi::kSuccess);
+  fake.deregisterMemory(pair.send, sendHandle);
+  fake.deregisterMemory(pair.recv, recvHandle);
+  EXPECT_TRUE(fake.nothingHeld());
+  EXPECT_EQ(warnings.truncations(), 2) << "one truncation WARN on each side";
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, RdmaOverFakeFabric, ::testing::ValuesIn(fakeFamilies()),

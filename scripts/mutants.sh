@@ -241,6 +241,12 @@ table() {
     'if (!write.inFlight && !write.queued) close_.countWrite(0);  // inline: done already' \
     'close_.countWrite(0);' \
     close_test 'Close/CloseCounts.*' NNF_TEST_PROVIDER=efa+rdma
+
+  # A refused send's notice, held behind a full queue, must go although NCCL never calls the
+  # sender again (the device's keeper progresses it): else its receive waits for ever.
+  mutant refuse-notice-unkept src/protocol/rdma_striping.cc \
+    '  comm_.device().keepProgressing();' '  (void)0;' \
+    rdma_protocol_test '*ARefusedSendsNotice*' -
 }
 
 # ---------------------------------------------------------------------------------------------

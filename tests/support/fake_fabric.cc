@@ -39,6 +39,7 @@ std::unique_ptr<FakeRails> FakeFabric::open(const FakeRailSpec& spec, size_t rai
   auto opened = std::make_unique<FakeRails>(*this, id, spec, rails);
   engines_.push_back(&opened->fakeEngine());
   unexpected_.emplace_back();
+  departing_.emplace_back();
   pumps_.emplace_back();
   return opened;
 }
@@ -58,7 +59,12 @@ uint32_t FakeFabric::delay() {
 }
 
 void FakeFabric::transmit(FakeEngine& source, const core::Operation& op, Kind kind) {
-  schedule(newTransfer(source, op, kind));
+  uint32_t index = newTransfer(source, op, kind);
+  if (options_.departWithSourceProgress) {
+    departing_[source.id()].push_back(index);
+    return;
+  }
+  schedule(index);
 }
 
 uint32_t FakeFabric::newTransfer(FakeEngine& source, const core::Operation& op, Kind kind) {
@@ -168,6 +174,12 @@ void FakeFabric::scheduleCompletion(uint32_t index) {
 void FakeFabric::tick(FakeEngine& engine) {
   ++now_;
   advanceClock();
+  std::vector<uint32_t>& departing = departing_[engine.id()];
+  for (uint32_t index : departing) {
+    ++stats_.departedLate;
+    schedule(index);
+  }
+  departing.clear();
   while (!events_.empty() && events_.top().time <= now_) {
     Event event = events_.top();
     events_.pop();
@@ -335,6 +347,9 @@ void FakeFabric::forget(FakeEngine& engine) {
     }
   }
   unexpected_[engine.id()].clear();
+  // Dead now: they land as nothing, and their entries are reused.
+  for (uint32_t index : departing_[engine.id()]) schedule(index);
+  departing_[engine.id()].clear();
   engines_[engine.id()] = nullptr;
   pumps_[engine.id()] = nullptr;
 }

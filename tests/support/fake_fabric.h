@@ -17,7 +17,9 @@
 //     source rail to one target rail keep their posting order, else (SRD) any order goes;
 //     nothing is dropped or duplicated;
 //   - some posts are held back as by a full provider queue (FakeFabricOptions::holdOneIn) and
-//     posted later in order (op.queued meanwhile, as with the real engine).
+//     posted later in order (op.queued meanwhile, as with the real engine);
+//   - optionally every post and inject leaves only at its source's next progress (tcp, efa:
+//     FakeFabricOptions::departWithSourceProgress).
 // A tick is one progress() call of any engine on the fabric: landings need no progress of the
 // target (as on an RDMA NIC); its completions wait in its queue until it progresses. Every misuse
 // detected (an unknown key, a range outside its registration, a missing descriptor where the
@@ -47,6 +49,10 @@ struct FakeFabricOptions {
   uint32_t longDelay = 40;
   uint32_t earlyCompletionOneIn = 8;  // posted writes and sends completed before they land
   uint32_t holdOneIn = 0;             // posts held back as by a full queue (0: never)
+  // Every post and inject leaves its source only at the source engine's next progress, as tcp
+  // queues one behind a send the socket has not taken and efa one its full send queue refuses:
+  // a sender that is never progressed again keeps it (what the device's keeper must cover).
+  bool departWithSourceProgress = false;
   // The fabric's clock (FakeEngine::nowNs, what the protocols' quiet times and late descriptions
   // read): every tick moves it 1..tickNs; one tick in pauseOneIn moves it pauseNs..2 * pauseNs
   // instead, as when a process is descheduled (0: never). Drawn from its own generator, so the
@@ -68,6 +74,7 @@ struct FakeStats {
   uint64_t cancelled = 0;
   uint64_t truncated = 0;  // messages longer than their receive
   uint64_t pauses = 0;     // ticks that moved the clock by a pause
+  uint64_t departedLate = 0;  // transfers that waited for their source's progress to leave
 };
 
 class FakeFabric;
@@ -125,11 +132,13 @@ class FakeFabric {
   uint64_t nowNs() const { return clockNs_; }
   // Whether this post waits, held back as by a full queue.
   bool holdPost();
-  // Moves `op` (posted: op.inFlight; else injected) from `source` to the peer it names.
+  // Moves `op` (posted: op.inFlight; else injected) from `source` to the peer it names (at the
+  // source's next tick with FakeFabricOptions::departWithSourceProgress).
   void transmit(FakeEngine& source, const core::Operation& op, Kind kind);
   // Puts a message that waits at `target` for its receive into `receive`: false when none does.
   bool deliverWaiting(FakeEngine& target, core::Operation& receive);
-  // One tick: what is due lands or completes, then the engine's pump runs.
+  // One tick: what `engine` sent since its last tick departs, what is due lands or completes,
+  // then the engine's pump runs.
   void tick(FakeEngine& engine);
   // Operations of `engine` whose local completion is still owed.
   void forEachOwed(const FakeEngine& engine,
@@ -207,6 +216,8 @@ class FakeFabric {
   std::unordered_map<uint64_t, Lane> lanes_;
   // Messages landed before their receive: transfer indices per target engine, in arrival order.
   std::vector<std::vector<uint32_t>> unexpected_;
+  // Transfers posted or injected since their source's last tick (departWithSourceProgress).
+  std::vector<std::vector<uint32_t>> departing_;
   std::vector<std::function<void()>> pumps_;
   bool pumping_ = false;
   std::function<void(uint64_t, size_t)> writeObserver_;

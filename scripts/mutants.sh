@@ -242,10 +242,18 @@ table() {
     'close_.countWrite(0);' \
     close_test 'Close/CloseCounts.*' NNF_TEST_PROVIDER=efa+rdma
 
-  # A refused send's notice, held behind a full queue, must go although NCCL never calls the
-  # sender again (the device's keeper progresses it): else its receive waits for ever.
-  mutant refuse-notice-unkept src/protocol/rdma_striping.cc \
-    '  comm_.device().keepProgressing();' '  (void)0;' \
+  # What a device hands its provider must go although NCCL never calls that device again (the
+  # keeper progresses it): a refused send's notice held behind a full queue, an injected last
+  # send that tcp or efa keep until the next progress. Else the receive waits for ever.
+  mutant handover-unkept src/core/device.h \
+    '    if (!keeperArmed_ && keeper_ != nullptr) {' '    if (false) {' \
+    rdma_protocol_test '*ARefusedSendsNotice*' -
+  mutant handover-unkept-inject src/core/device.h \
+    '    if (!keeperArmed_ && keeper_ != nullptr) {' '    if (false) {' \
+    keeper_test '*' -
+  mutant keeper-idle-while-waiting src/core/progress_keeper.cc \
+    '  bool needed = device.closingCount() > 0 || device.engineHoldsWaiting();' \
+    '  bool needed = device.closingCount() > 0;' \
     rdma_protocol_test '*ARefusedSendsNotice*' -
 }
 

@@ -131,14 +131,21 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   }
   // Posts `op`, or queues it when the provider says -FI_EAGAIN, when the device's share of the
   // provider's queue (receive or transmit) is full, or when others of its kind already wait.
-  abi::Result post(Operation& op) { return engine_->post(op); }
+  abi::Result post(Operation& op) {
+    noteHandedOver();
+    return engine_->post(op);
+  }
   void unqueue(Operation& op) { engine_->unqueue(op); }
   // Asks the provider of `op`'s rail to cancel it (a completion, with FI_ECANCELED, follows).
   void cancel(Operation& op) { engine_->cancel(op); }
   // Sends (or, for kWrite, writes) `op` inline when it fits the provider's inject size and nothing
   // waits in the retry queue: no completion will follow, the send is done on return. kInProgress:
   // use post().
-  abi::Result inject(const Operation& op) { return engine_->inject(op); }
+  abi::Result inject(const Operation& op) {
+    abi::Result result = engine_->inject(op);
+    if (result == abi::kSuccess) noteHandedOver();
+    return result;
+  }
   // The clock the protocols' timing decisions read (OperationEngine::nowNs).
   uint64_t nowNs() const { return engine_->nowNs(); }
   // Inject copies the buffer with the CPU: callers use it for host memory only.
@@ -174,12 +181,13 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   // Unit tests: the device's keeper runs only when the test turns it (ProgressKeeper).
   void driveKeeperManually() { keeper_->driveManually(); }
   void turnKeeperIfDue() { keeper_->turnIfDue(); }
-  // A protocol owes its peer writes whose end only our own progress brings (the rdma sender's
-  // voids, which free the receiver's slots): the device is kept progressing for a while even if
-  // the application stops calling (device lock held).
-  void keepProgressing() { keeper_->wake(); }
   // Comms closed whose operations the provider still holds (or whose close waits on them).
   size_t closingCount() const { return closing_.size(); }
+  // For the keeper: operations handed to the engine so far, whether some wait in it for room,
+  // and its going idle (the next hand-over wakes it again).
+  uint64_t handedOverCount() const { return handedOver_; }
+  bool engineHoldsWaiting() const { return engine_->holdsWaiting(); }
+  void keeperWentIdle() { keeperArmed_ = false; }
   // Comms the device holds, open or closing.
   size_t commCount() const { return comms_.size(); }
   ControlChannel& controlChannel() { return *controlChannel_; }
@@ -196,6 +204,17 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   uint64_t nextRegistrationKey() { return nextKey_++; }
 
  private:
+  // tcp and efa may keep a post or an inject (done at once for its caller) until the endpoint is
+  // progressed again: behind a send the socket has not taken, or when their own send queue is
+  // full. The application may never call this device again (its send ended), so the keeper is
+  // woken on the first hand-over after it went idle and covers the rest without a lock here.
+  void noteHandedOver() {
+    ++handedOver_;
+    if (!keeperArmed_ && keeper_ != nullptr) {  // null while the device is built or goes
+      keeperArmed_ = true;
+      keeper_->wake();
+    }
+  }
   // DeviceSetup: the protocol's set-up lowers the device's largest message.
   void limitMessageBytes(size_t bytes) override;
   // EngineEvents: a peer's write goes to the RMA layer (its mark) or to the protocol.
@@ -234,6 +253,8 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   std::unique_ptr<DrainPool> drains_;
   // Declared after everything progress() touches, so that its thread stops first.
   std::unique_ptr<ProgressKeeper> keeper_;
+  uint64_t handedOver_ = 0;   // device lock
+  bool keeperArmed_ = false;  // device lock: the keeper is active, or being woken
   bool ll128Ok_ = true;
   const memory::CudaDriver* cuda_ = nullptr;
   bool rmaRead_ = false;

@@ -41,6 +41,7 @@ class FabricEngine final : public OperationEngine {
   void cancel(Operation& op) override { rails_[op.rail]->cancel(&op.context); }
   void unqueue(Operation& op) override { laneOf(op).waiting.remove(op); }
   abi::Result progress(EngineEvents& events) override;
+  bool holdsWaiting() const override { return !rx_.waiting.empty() || !tx_.waiting.empty(); }
   size_t injectLimit() const override { return settings_.injectLimit; }
   bool deliversInOrder() const override { return settings_.deliversInOrder; }
   void setReceiveRoom(ScratchArea* room) override { room_ = room; }

@@ -54,6 +54,8 @@ class OperationEngine {
   virtual void unqueue(Operation& op) = 0;
   // Reads what ended and dispatches it (owners, `events`), then posts what waits.
   virtual abi::Result progress(EngineEvents& events) = 0;
+  // Operations wait in the engine for room in the provider's queues: only progress() posts them.
+  virtual bool holdsWaiting() const = 0;
 
   // --- constant once the engine is built ---
 

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <system_error>
 
@@ -11,13 +12,17 @@
 
 namespace nnf::core {
 namespace {
-// Often enough that a peer's close waits about a millisecond longer than it would with an
-// application thread progressing; rarely enough to cost nothing measurable.
-constexpr auto kTurn = std::chrono::milliseconds(1);
+// Often enough that a peer's close, or a receiver of our last inject, waits about a millisecond
+// longer than it would with an application thread progressing; rarely enough to cost nothing
+// measurable.
+constexpr uint64_t kTurnNs = 1000000;
+// While other threads progress the device the keeper is not needed: it looks less often, up to
+// this interval (the longest a receiver waits once our application stops calling).
+constexpr uint64_t kLongestTurnNs = 16 * kTurnNs;
 }  // namespace
 
 ProgressKeeper::ProgressKeeper(Device& device, uint64_t idleNs)
-    : device_(device), idleNs_(idleNs) {}
+    : device_(device), idleNs_(idleNs), intervalNs_(kTurnNs) {}
 
 ProgressKeeper::~ProgressKeeper() {
   if (thread_.joinable() && getpid() != ownerPid_) {
@@ -68,13 +73,11 @@ void ProgressKeeper::run() {
       wakeUp_.wait(lock, [this] { return stop_ || active_; });
       continue;
     }
-    wakeUp_.wait_for(lock, kTurn, [this] { return stop_; });
+    wakeUp_.wait_for(lock, std::chrono::nanoseconds(intervalNs_), [this] { return stop_; });
     if (stop_) break;
     lock.unlock();
-    bool needed = turn();
+    turn();
     lock.lock();
-    // A close meanwhile (wake) renewed lastActivityNs_: the keeper goes on.
-    if (!needed && device_.nowNs() - lastActivityNs_ >= idleNs_) active_ = false;
   }
 }
 
@@ -82,31 +85,39 @@ void ProgressKeeper::turnIfDue() {
   uint64_t now = device_.nowNs();
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!manual_ || stop_ || !active_ ||
-        now - lastTurnNs_ < static_cast<uint64_t>(std::chrono::nanoseconds(kTurn).count())) {
-      return;
-    }
+    if (!manual_ || stop_ || !active_ || now - lastTurnNs_ < intervalNs_) return;
     lastTurnNs_ = now;
   }
-  bool needed = turn();
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!needed && device_.nowNs() - lastActivityNs_ >= idleNs_) active_ = false;
+  turn();
 }
 
-bool ProgressKeeper::turn() {
+void ProgressKeeper::turn() {
   Device& device = device_;
-  if (!device.domainLock().try_lock()) return true;  // someone is progressing right now
-  if (progressCalls_ == seenCalls_) device.progress();
+  if (!device.domainLock().try_lock()) return;  // someone is progressing right now
+  bool othersProgressed = progressCalls_ != seenCalls_;
+  if (!othersProgressed) device.progress();
   seenCalls_ = progressCalls_;
-  uint64_t activity = device.drains().discarded() + device.closingCount();
-  bool closing = device.closingCount() > 0;
-  device.domainLock().unlock();
-  if (activity != seenActivity_ || closing) {
-    seenActivity_ = activity;
+  // What renews the keeper's time: operations handed over, closes begun or ended, late messages
+  // drained; what keeps it going regardless: comms still closing, operations waiting for room.
+  uint64_t activity =
+      device.handedOverCount() + device.drains().discarded() + device.closingCount();
+  bool needed = device.closingCount() > 0 || device.engineHoldsWaiting();
+  bool renewed = activity != seenActivity_ || needed;
+  seenActivity_ = activity;
+  uint64_t now = device.nowNs();
+  {
     std::lock_guard<std::mutex> lock(mutex_);
-    lastActivityNs_ = device_.nowNs();
+    if (renewed) lastActivityNs_ = now;
+    intervalNs_ = othersProgressed ? std::min(intervalNs_ * 2, kLongestTurnNs) : kTurnNs;
+    // Decided under both locks: a hand-over after this wakes the keeper again (the device lock
+    // orders it after keeperWentIdle), a close or a debt meanwhile renewed lastActivityNs_.
+    if (now - lastActivityNs_ >= idleNs_) {
+      active_ = false;
+      intervalNs_ = kTurnNs;
+      device.keeperWentIdle();
+    }
   }
-  return closing;
+  device.domainLock().unlock();
 }
 
 }  // namespace nnf::core

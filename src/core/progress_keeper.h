@@ -1,14 +1,22 @@
-// Keeps a device progressing while nobody else does, for as long as closed comms may still owe
-// or be owed something. A comm's peer can only finish its close once our provider has consumed
-// what it sent (tcp holds a large message in the socket until a receive takes it; shm and efa
-// process incoming packets only when the endpoint is progressed). The drain receives that
-// consume those late messages run only when someone progresses the device: after the
-// application's last close, often nobody does (its ranks wait in a barrier for each other's
-// closes), and the peer's close would wait for ever. So once a comm closes, a thread of the
-// device's progresses it every millisecond in which no other thread did, until nothing is
-// closing and no late message arrived for the close bound (NCCL_FABRIC_CLOSE_TIMEOUT_MS); then
-// it sleeps until the next close. A protocol that owes its peer writes only our progress ends
-// (Device::keepProgressing) wakes it the same way.
+// Keeps a device progressing while nobody else does. Three things need our own progress after the
+// application may have stopped calling:
+//   - a closed comm's peer can only finish its close once our provider has consumed what it sent
+//     (tcp holds a large message in the socket until a receive takes it; shm and efa process
+//     incoming packets only when the endpoint is progressed): the drain receives that consume
+//     those late messages run only when someone progresses the device, and after the
+//     application's last close often nobody does (its ranks wait in a barrier for each other);
+//   - a protocol owes its peer writes that NCCL no longer waits for (the rdma sender's voids, a
+//     refused send's notice, the close's answer), perhaps held in the engine for want of room;
+//   - tcp and efa may keep a post or an inject until the endpoint is progressed again (behind a
+//     send the socket has not taken, or their own full send queue), and an injected send is done
+//     for NCCL at once: its receiver would wait until this device's next call.
+// So the device wakes its keeper on a close, on such a debt, and on the first operation it hands
+// the engine after the keeper went idle; the keeper's thread then progresses the device in every
+// millisecond in which no other thread did, until nothing is closing or waiting in the engine and
+// nothing was handed over, closed or drained for the close bound (NCCL_FABRIC_CLOSE_TIMEOUT_MS);
+// then it sleeps until the next wake. While the application progresses the device itself, the
+// keeper looks less and less often (up to every 16 ms), and every millisecond again once it has
+// had to progress.
 #pragma once
 
 #include <condition_variable>
@@ -28,8 +36,8 @@ class ProgressKeeper {
   ProgressKeeper(const ProgressKeeper&) = delete;
   ProgressKeeper& operator=(const ProgressKeeper&) = delete;
 
-  // A comm closed, or a protocol owes writes (device lock held): keep progressing from now on,
-  // starting the thread the first time (named "nnf-keeper").
+  // Something needs progress (device lock held): keep progressing from now on, starting the
+  // thread the first time (named "nnf-keeper").
   void wake();
   // Ends the thread for good (the library is being unloaded: its code must not run any more);
   // later wakes do nothing. Device lock not held.
@@ -48,15 +56,17 @@ class ProgressKeeper {
  private:
   void run();
   // One turn under the device lock (taken without waiting): progresses unless another thread
-  // did since the last turn. False once there is nothing left to keep going.
-  bool turn();
+  // did since the last turn; goes idle (active_ false, the device told) once there is nothing
+  // left to keep going.
+  void turn();
 
   Device& device_;
   const uint64_t idleNs_;
   uint64_t progressCalls_ = 0;   // device lock
-  uint64_t seenCalls_ = 0;       // keeper thread only
-  uint64_t seenActivity_ = 0;    // keeper thread only
+  uint64_t seenCalls_ = 0;       // device lock
+  uint64_t seenActivity_ = 0;    // device lock
   uint64_t lastActivityNs_ = 0;  // keeper mutex
+  uint64_t intervalNs_;          // keeper mutex: until the next turn
   std::mutex mutex_;
   std::condition_variable wakeUp_;
   bool active_ = false;

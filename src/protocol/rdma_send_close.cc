@@ -32,8 +32,8 @@ void SenderClose::answerIfIdle(int writesPending) {
                                        core::wire::ControlKind::kClosedAck, &written_,
                                        sizeof(written_));
   // The app may be waiting on another comm: nothing else would progress this device, and on a
-  // manual-progress provider (tcp) the ack would sit in its queue until the peer's close gave up.
-  comm_.device().keepProgressing();
+  // manual-progress provider (tcp) the ack would sit in its queue until the peer's close gave up;
+  // the device's keeper progresses it (woken by the post).
 }
 
 bool SenderClose::ringExposed() {

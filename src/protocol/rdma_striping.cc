@@ -68,9 +68,8 @@ void Striper::refuse(core::Request& request, const Arrived& arrived, const Buffe
     return;
   }
   // NCCL hears of this send's failure at its next test and may never call this sender again,
-  // while the receive waits for the notice (which may wait in the retry queue): the device keeps
-  // progressing until it has gone.
-  comm_.device().keepProgressing();
+  // while the receive waits for the notice (which may wait in the retry queue): the device's
+  // keeper, woken by the post, progresses it until it has gone.
 }
 
 // Posts the share in `op` (written inline where `inject`: a small message of host memory, then

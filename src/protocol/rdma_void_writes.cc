@@ -16,10 +16,10 @@ void VoidWriter::owe(uint32_t slot, uint32_t index, const BufferDescriptor& buff
   owedSlots_ |= 1u << slot;
   address_[slot] = buffer.address;
   key_[slot] = buffer.keys[0];
-  post();
   // The receiver reuses the slot only after the void: a sender whose last send has ended may
-  // not be called again before that receiver's next irecv needs the slot.
-  comm_.device().keepProgressing();
+  // not be called again before that receiver's next irecv needs the slot. The device's keeper
+  // progresses what this posts, or holds back for want of a free operation, if nobody else does.
+  post();
 }
 
 // Posts owed voids on the free operations.

@@ -5,13 +5,16 @@
 // closes < 2 s), and messages that arrive for closed comms must be drained so that the device
 // keeps connecting and moving data.
 #include <rdma/fabric.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -358,12 +361,27 @@ TEST(Close, HundredBusyCommsCloseUnderTwoSecondsAndIdleOnesUnderOneMillisecond) 
   runTwoProcesses(body, body, 300);
 }
 
+// Whether process `pid` is stopped (SIGSTOP), within 10 s.
+bool waitUntilStopped(pid_t pid) {
+  std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  for (auto start = Clock::now(); msSince(start) < 10000;) {
+    std::ifstream stat(path);
+    std::string line;
+    std::getline(stat, line);
+    size_t end = line.rfind(')');  // the command name may hold spaces
+    if (end != std::string::npos && end + 2 < line.size() && line[end + 2] == 'T') return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
 // Messages sent to comms the peer has closed are consumed and discarded: afterwards new comms
 // connect and move verified data (shm would otherwise keep each one in one of its 1,024 receive
 // slots; tcp would keep the sender waiting). NNF_DRAIN_MESSAGES sets the count (10,000 in CI).
-// A close that gives up (NCCL_FABRIC_CLOSE_TIMEOUT_MS: the peer is alive but takes nothing)
-// fails, its sends still held by the provider: success would tell NCCL that it may free the
-// buffers the provider still reads. The comm must outlive those sends: when the peer
+// A close that gives up (NCCL_FABRIC_CLOSE_TIMEOUT_MS: the peer is alive but takes nothing; here
+// it is stopped, SIGSTOP, as a hung or descheduled process: a running one's keeper thread would
+// take the messages) fails, its sends still held by the provider: success would tell NCCL that it
+// may free the buffers the provider still reads. The comm must outlive those sends: when the peer
 // finally takes the messages, their completions come back to it, and the process goes on
 // working. A comm freed at close would be used after free here (a crash, or ASan's report).
 TEST(Close, AGivenUpCloseKeepsItsCommUntilTheProviderReturnsItsSends) {
@@ -389,6 +407,9 @@ TEST(Close, AGivenUpCloseKeepsItsCommUntilTheProviderReturnsItsSends) {
     if (rdma) {  // the receives are described
       ASSERT_TRUE(peer.channel->wait(60));
     }
+    pid_t receiverPid = 0;
+    ASSERT_TRUE(peer.channel->recvValue(&receiverPid));
+    ASSERT_TRUE(waitUntilStopped(receiverPid)) << "the receiver did not stop";
     std::vector<void*> requests(kSends);
     for (int i = 0; i < kSends; ++i) {
       fillPattern(out.data() + i * kSize, kSize, 300 + i);
@@ -422,6 +443,7 @@ TEST(Close, AGivenUpCloseKeepsItsCommUntilTheProviderReturnsItsSends) {
     for (const std::string& text : peer.warningTexts())
       given += text.find("unsafe to free") != std::string::npos;
     EXPECT_EQ(given, 1) << "the receiver took nothing: the close gives up with one WARN";
+    ASSERT_EQ(kill(receiverPid, SIGCONT), 0);
     ASSERT_TRUE(peer.channel->signal());  // closed
     {
       // The held sends move (tcp needs this side's progress too) and complete while the
@@ -462,7 +484,10 @@ TEST(Close, AGivenUpCloseKeepsItsCommUntilTheProviderReturnsItsSends) {
       }
       ASSERT_TRUE(peer.channel->signal());
     }
-    // No progress: the sender's close finds its sends held.
+    // No progress, not even the device's keeper: the sender's close finds its sends held. The
+    // sender continues this process once its close gave up.
+    ASSERT_TRUE(peer.channel->sendValue(getpid()));
+    raise(SIGSTOP);
     ASSERT_TRUE(peer.channel->wait(60));
     if (!rdma) {
       ASSERT_NO_FATAL_FAILURE(postAll());

@@ -29,6 +29,7 @@ class FakeEngine final : public core::OperationEngine {
   void cancel(core::Operation& op) override;
   void unqueue(core::Operation& op) override;
   abi::Result progress(core::EngineEvents& events) override;
+  bool holdsWaiting() const override { return !heldRx_.empty() || !heldTx_.empty(); }
   size_t injectLimit() const override { return spec_.injectSize; }
   bool deliversInOrder() const override { return spec_.deliversInOrder; }
   void setReceiveRoom(core::ScratchArea* room) override { room_ = room; }

@@ -1,0 +1,128 @@
+// The device's keeper over the in-memory fabric: what a device hands its provider leaves even when
+// the application never calls that device again. On tcp (a send queued behind one the socket has
+// not taken) and efa (its own send queue full) a post or an inject leaves only at the endpoint's
+// next progress; an injected send is done at once, so NCCL may never test that device again. The
+// fabric models that (FakeFabricOptions::departWithSourceProgress), and the keepers run as their
+// threads would (FakePlugin::turnKeepers), on both protocols.
+#include <cstdint>
+#include <cstring>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/request.h"
+#include "support/fake_rdma_run.h"
+#include "support/patterns.h"
+
+namespace nnf::test {
+namespace {
+
+struct KeeperCase {
+  FakeFamily family;
+  bool rdma;
+  std::string name;
+};
+
+std::vector<KeeperCase> keeperCases() {
+  std::vector<KeeperCase> cases;
+  for (const FakeFamily& family : fakeFamilies()) {
+    cases.push_back({family, true, std::string(family.name) + "_rdma"});
+  }
+  for (const FakeFamily& family : fakeFamilies()) {
+    if (family.rails == 1) cases.push_back({family, false, std::string(family.name) + "_sendrecv"});
+  }
+  return cases;
+}
+
+void PrintTo(const KeeperCase& keeperCase, std::ostream* out) {
+  *out << keeperCase.name;
+}
+
+class KeeperOverFakeFabric : public ::testing::TestWithParam<KeeperCase> {};
+
+// Small sends one at a time, each the sender's last for a while: NCCL tests the send until it is
+// done (with the receive, which its peer's proxy tests meanwhile), then calls only the receiver.
+// Every message must arrive whole: the sender's device is progressed by its keeper alone.
+TEST_P(KeeperOverFakeFabric, TheLastSmallSendArrivesThoughItsSenderIsNeverCalledAgain) {
+  const KeeperCase& mode = GetParam();
+  WarnCounter warnings;
+  FakePlugin::Options options = fakeOptions(mode.family, 9);
+  options.rdma = mode.rdma;
+  options.fabric.holdOneIn = 0;
+  options.fabric.departWithSourceProgress = true;
+  FakePlugin fake(options);
+  FakePlugin::Pair pair;
+  ASSERT_TRUE(fake.connect(&pair));
+  constexpr size_t kBytes = 4096;
+  std::vector<uint8_t> out(kBytes), in(kBytes);
+  void* sendHandle = fake.registerMemory(pair.send, out.data(), out.size());
+  void* recvHandle = fake.registerMemory(pair.recv, in.data(), in.size());
+  core::Plugin& plugin = fake.plugin();
+
+  constexpr int kMessages = 24;
+  int arrivedOnlyAfterTheSenderStopped = 0;
+  for (int message = 0; message < kMessages; ++message) {
+    // Sizes an inject takes on every family (its limit: 32 bytes on efa), and some larger.
+    const size_t size = message % 3 == 2 ? 200 + 40 * static_cast<size_t>(message) : 8 + message;
+    fillPattern(out.data(), size, static_cast<uint64_t>(message) + 1);
+    memset(in.data(), 0, in.size());
+    void* data[1] = {in.data()};
+    size_t sizes[1] = {kBytes};
+    int tags[1] = {message};
+    void* handles[1] = {recvHandle};
+    core::Request* recv = nullptr;
+    core::Request* send = nullptr;
+    for (int tries = 0; tries < 1000 && recv == nullptr; ++tries) {
+      ASSERT_EQ(plugin.irecv(pair.recv, 1, data, sizes, tags, handles, &recv), abi::kSuccess);
+    }
+    for (int tries = 0; tries < 1000 && send == nullptr; ++tries) {
+      ASSERT_EQ(plugin.isend(pair.send, out.data(), size, message, sendHandle, &send),
+                abi::kSuccess);
+    }
+    ASSERT_NE(recv, nullptr);
+    ASSERT_NE(send, nullptr);
+    int sendDone = 0;
+    int recvDone = 0;
+    size_t received = 0;
+    for (int step = 0; step < 100000 && sendDone == 0; ++step) {
+      ASSERT_EQ(plugin.test(send, &sendDone, nullptr, nullptr), abi::kSuccess);
+      if (recvDone == 0) {
+        ASSERT_EQ(plugin.test(recv, &recvDone, &received, nullptr), abi::kSuccess);
+      }
+      fake.turnKeepers();
+    }
+    ASSERT_EQ(sendDone, 1) << "message " << message << ": the send never ended";
+    // From now on the sender's device is never called; the keepers run as their threads would.
+    if (recvDone == 0) ++arrivedOnlyAfterTheSenderStopped;
+    for (int step = 0; step < 400000 && recvDone == 0; ++step) {
+      ASSERT_EQ(plugin.test(recv, &recvDone, &received, nullptr), abi::kSuccess);
+      fake.turnKeepers();
+    }
+    ASSERT_EQ(recvDone, 1) << "message " << message << " (" << size
+                           << " bytes) never arrived: what the sender handed its provider "
+                              "stayed there once nobody called the sender";
+    EXPECT_EQ(received, size);
+    EXPECT_TRUE(verifyPattern(in.data(), size, static_cast<uint64_t>(message) + 1))
+        << "message " << message;
+  }
+  // The case this test is for happened: messages left their sender after its last call.
+  EXPECT_GT(arrivedOnlyAfterTheSenderStopped, 0);
+  EXPECT_GT(fake.fabric().stats().injects, 0u);
+  EXPECT_GT(fake.fabric().stats().departedLate, 0u);
+  EXPECT_EQ(fake.closeSend(pair.send), abi::kSuccess);
+  EXPECT_EQ(fake.closeRecv(pair.recv), abi::kSuccess);
+  fake.deregisterMemory(pair.send, sendHandle);
+  fake.deregisterMemory(pair.recv, recvHandle);
+  EXPECT_TRUE(fake.nothingHeld());
+  EXPECT_EQ(warnings.others(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, KeeperOverFakeFabric, ::testing::ValuesIn(keeperCases()),
+                         [](const ::testing::TestParamInfo<KeeperCase>& info) {
+                           return info.param.name;
+                         });
+
+}  // namespace
+}  // namespace nnf::test

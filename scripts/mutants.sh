@@ -251,10 +251,6 @@ table() {
   mutant handover-unkept-inject src/core/device.h \
     '    if (!keeperArmed_ && keeper_ != nullptr) {' '    if (false) {' \
     keeper_test '*' -
-  mutant keeper-idle-while-waiting src/core/progress_keeper.cc \
-    '  bool needed = device.closingCount() > 0 || device.engineHoldsWaiting();' \
-    '  bool needed = device.closingCount() > 0;' \
-    rdma_protocol_test '*ARefusedSendsNotice*' -
 }
 
 # ---------------------------------------------------------------------------------------------

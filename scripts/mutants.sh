@@ -251,6 +251,11 @@ table() {
   mutant handover-unkept-inject src/core/device.h \
     '    if (!keeperArmed_ && keeper_ != nullptr) {' '    if (false) {' \
     keeper_test '*' -
+  # The same on libfabric's real efa provider (the software EFA device): sends the receiver had no
+  # buffer for come back as RNR and go again only from the sender's progress.
+  mutant handover-unkept-softefa src/core/device.h \
+    '    if (!keeperArmed_ && keeper_ != nullptr) {' '    if (false) {' \
+    quiet_sender_test 'QuietSender.*' NNF_TEST_PROVIDER=softefa
 }
 
 # ---------------------------------------------------------------------------------------------

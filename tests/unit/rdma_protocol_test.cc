@@ -397,13 +397,17 @@ uint64_t messagesToRun() {
 }
 
 // Other seeds and clocks, to explore (NNF_FAKE_FABRIC_SEED; NNF_FAKE_FABRIC_PAUSE_ONE_IN: how often
-// the fabric's clock pauses, 0 never); CI runs the defaults.
+// the fabric's clock pauses, 0 never; NNF_FAKE_FABRIC_DEPART_WITH_SOURCE=1: every post and inject
+// leaves at its source's next progress); CI runs the defaults.
 FakePlugin::Options exploredOptions(const FakeFamily& family) {
   const char* seed = getenv("NNF_FAKE_FABRIC_SEED");
   FakePlugin::Options options =
       fakeOptions(family, seed != nullptr ? strtoull(seed, nullptr, 10) : 7);
   if (const char* pauses = getenv("NNF_FAKE_FABRIC_PAUSE_ONE_IN")) {
     options.fabric.pauseOneIn = static_cast<uint32_t>(strtoul(pauses, nullptr, 10));
+  }
+  if (const char* depart = getenv("NNF_FAKE_FABRIC_DEPART_WITH_SOURCE")) {
+    options.fabric.departWithSourceProgress = strcmp(depart, "1") == 0;
   }
   return options;
 }

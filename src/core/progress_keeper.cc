@@ -56,9 +56,10 @@ void ProgressKeeper::wake() {
       thread_ = std::thread([this] { run(); });
       pthread_setname_np(thread_.native_handle(), "nnf-keeper");
     } catch (const std::system_error& error) {
-      // Closes still work; a peer's close may then wait for our application to progress.
+      // Everything still works while the application calls; after its last call, what the
+      // provider holds waits for its next one.
       active_ = false;
-      NNF_WARN("device %d: cannot start the thread that drains closed comms: %s", device_.index(),
+      NNF_WARN("device %d: cannot start its progress keeper thread: %s", device_.index(),
                error.what());
       return;
     }

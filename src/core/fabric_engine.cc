@@ -88,7 +88,7 @@ abi::Result FabricEngine::postNow(Operation& op, ssize_t* ret) {
 
 abi::Result FabricEngine::postResult(const Operation& op, ssize_t ret) const {
   if (ret == 0) return abi::kSuccess;
-  if (ret == -FI_EAGAIN) return abi::kInProgress;
+  if (ret == -FI_EAGAIN || (ret == -FI_EOPNOTSUPP && op.toOwnEndpoint)) return abi::kInProgress;
   NNF_WARN("posting a %zu-byte %s on device %d failed: %s", op.length, opTypeName(op.type),
            settings_.deviceIndex, fabric::errorText(static_cast<int>(ret)).c_str());
   return abi::kSystemError;

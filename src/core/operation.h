@@ -82,6 +82,11 @@ struct Operation {
   // kRecv: posted with the device's scratch area after `buffer` (Device::overflowRoom), so the
   // provider never truncates it; a completion longer than `length` is the overflow.
   bool withRoom = false;
+  // A write to this device's own endpoint (the RMA layer's self puts, signals and GPU signal
+  // words). efa (libfabric 2.x) refuses one with immediate data (-FI_EOPNOTSUPP: "inconsistent
+  // support status on unsolicited write recv") until its handshake with itself, which answers our
+  // first message to ourselves, has arrived at a later progress: the engine retries it then.
+  bool toOwnEndpoint = false;
   void* buffer = nullptr;
   size_t length = 0;
   void* desc = nullptr;

@@ -73,6 +73,7 @@ void Group::planShares(Request& request, uint8_t* localBase, uint64_t remoteAddr
     op.type = read ? core::OpType::kRead : core::OpType::kWrite;
     op.rail = static_cast<uint8_t>(rail);
     op.peer = peer.addr[rail];
+    op.toOwnEndpoint = request.peer == rank_;
     op.tag = immediate;
     op.desc = localMh != nullptr ? localMh->descOn(rail) : nullptr;
     op.remoteKey = keys[rail];

@@ -99,6 +99,7 @@ core::Operation& Group::prepareEntryWrite(Request& request, uint32_t slot, Signa
   op.type = core::OpType::kWrite;
   op.rail = 0;
   op.peer = peer.addr[0];
+  op.toOwnEndpoint = request.peer == rank_;
   op.buffer = &staged;
   op.length = kEntryHeaderBytes + staged.inlineBytes;
   op.desc = ringMh_->desc;

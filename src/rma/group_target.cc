@@ -143,6 +143,7 @@ void Group::sendCredit(uint32_t peer) {
   op.type = core::OpType::kWrite;
   op.rail = 0;
   op.peer = p.addr[0];
+  op.toOwnEndpoint = peer == rank_;
   op.buffer = ring_;
   op.length = 0;
   op.desc = ringMh_->desc;
@@ -177,6 +178,7 @@ bool Group::postWrite(uint32_t index, uint32_t windowIndex, uint64_t offset, uin
   op.type = core::OpType::kWrite;
   op.rail = 0;
   op.peer = peers_[rank_].addr[0];
+  op.toOwnEndpoint = true;
   op.buffer = stagingWord(index);
   op.length = sizeof(uint64_t);
   op.desc = ringMh_->desc;

@@ -205,8 +205,8 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
 
  private:
   // tcp and efa may keep a post or an inject (done at once for its caller) until the endpoint is
-  // progressed again: behind a send the socket has not taken, or when their own send queue is
-  // full. The application may never call this device again (its send ended), so the keeper is
+  // progressed again: behind a send the socket has not taken, or (efa) to send again a packet the
+  // target had no buffer for (RNR). The application may never call this device again (its send ended), so the keeper is
   // woken on the first hand-over after it went idle and covers the rest without a lock here.
   void noteHandedOver() {
     ++handedOver_;

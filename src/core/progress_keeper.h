@@ -8,8 +8,9 @@
 //   - a protocol owes its peer writes that NCCL no longer waits for (the rdma sender's voids, a
 //     refused send's notice, the close's answer), perhaps held in the engine for want of room;
 //   - tcp and efa may keep a post or an inject until the endpoint is progressed again (behind a
-//     send the socket has not taken, or their own full send queue), and an injected send is done
-//     for NCCL at once: its receiver would wait until this device's next call.
+//     send the socket has not taken; a packet the target had no buffer for, RNR, which efa sends
+//     again), and an injected send is done for NCCL at once: its receiver would wait until this
+//     device's next call.
 // So the device wakes its keeper on a close, on such a debt, and on the first operation it hands
 // the engine after the keeper went idle; the keeper's thread then progresses the device in every
 // millisecond in which no other thread did, until nothing is closing or waiting in the engine and

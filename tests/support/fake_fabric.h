@@ -50,8 +50,8 @@ struct FakeFabricOptions {
   uint32_t earlyCompletionOneIn = 8;  // posted writes and sends completed before they land
   uint32_t holdOneIn = 0;             // posts held back as by a full queue (0: never)
   // Every post and inject leaves its source only at the source engine's next progress, as tcp
-  // queues one behind a send the socket has not taken and efa one its full send queue refuses:
-  // a sender that is never progressed again keeps it (what the device's keeper must cover).
+  // queues one behind a send the socket has not taken and efa sends again one the target had no
+  // buffer for (RNR): a sender that is never progressed again keeps it (what the device's keeper must cover).
   bool departWithSourceProgress = false;
   // The fabric's clock (FakeEngine::nowNs, what the protocols' quiet times and late descriptions
   // read): every tick moves it 1..tickNs; one tick in pauseOneIn moves it pauseNs..2 * pauseNs

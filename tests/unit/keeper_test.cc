@@ -1,7 +1,7 @@
 // The device's keeper over the in-memory fabric: what a device hands its provider leaves even when
 // the application never calls that device again. On tcp (a send queued behind one the socket has
-// not taken) and efa (its own send queue full) a post or an inject leaves only at the endpoint's
-// next progress; an injected send is done at once, so NCCL may never test that device again. The
+// not taken) and efa (a packet the target had no buffer for, RNR, sent again) a post or an inject
+// leaves only at the endpoint's next progress; an injected send is done at once, so NCCL may never test that device again. The
 // fabric models that (FakeFabricOptions::departWithSourceProgress), and the keepers run as their
 // threads would (FakePlugin::turnKeepers), on both protocols.
 #include <cstdint>

@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -359,20 +358,6 @@ TEST(Close, HundredBusyCommsCloseUnderTwoSecondsAndIdleOnesUnderOneMillisecond) 
     closeListen(peer, listen);
   };
   runTwoProcesses(body, body, 300);
-}
-
-// Whether process `pid` is stopped (SIGSTOP), within 10 s.
-bool waitUntilStopped(pid_t pid) {
-  std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  for (auto start = Clock::now(); msSince(start) < 10000;) {
-    std::ifstream stat(path);
-    std::string line;
-    std::getline(stat, line);
-    size_t end = line.rfind(')');  // the command name may hold spaces
-    if (end != std::string::npos && end + 2 < line.size() && line[end + 2] == 'T') return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return false;
 }
 
 // Messages sent to comms the peer has closed are consumed and discarded: afterwards new comms

@@ -10,7 +10,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,20 +29,6 @@ using Clock = std::chrono::steady_clock;
 
 double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-// Whether process `pid` is stopped (SIGSTOP), within 10 s.
-bool waitUntilStopped(pid_t pid) {
-  std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  for (auto start = Clock::now(); msSince(start) < 10000;) {
-    std::ifstream stat(path);
-    std::string line;
-    std::getline(stat, line);
-    size_t end = line.rfind(')');  // the command name may hold spaces
-    if (end != std::string::npos && end + 2 < line.size() && line[end + 2] == 'T') return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return false;
 }
 
 // 32 small messages (NCCL's requests in flight on a comm) into a receiver that is stopped while

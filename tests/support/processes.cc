@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -203,6 +205,20 @@ int failedParts() {
   for (int i = 0; i < result->total_part_count(); ++i)
     failed += result->GetTestPartResult(i).failed();
   return failed;
+}
+
+bool waitUntilStopped(pid_t pid, double timeoutSec) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeoutSec);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream stat(path);
+    std::string line;
+    std::getline(stat, line);
+    size_t end = line.rfind(')');  // the command name may hold spaces
+    if (end != std::string::npos && end + 2 < line.size() && line[end + 2] == 'T') return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
 }
 
 }  // namespace nnf::test

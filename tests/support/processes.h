@@ -73,4 +73,8 @@ std::string describeStatus(int status);
 // Failures recorded so far in the current test, so that a forked child judges only its own.
 int failedParts();
 
+// Whether process `pid` is stopped (SIGSTOP: a test's stand-in for a hung or descheduled peer)
+// within `timeoutSec`.
+bool waitUntilStopped(pid_t pid, double timeoutSec = 10);
+
 }  // namespace nnf::test

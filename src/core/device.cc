@@ -37,6 +37,7 @@ Device::Device(int index, const DeviceSpec& spec, std::unique_ptr<DeviceRails> r
       rails_(std::move(rails)),
       engine_(&rails_->engine()),
       railCount_(rails_->railCount()),
+      railHealth_(railCount_),
       provider_(rails_->rail(0).info()->fabric_attr->prov_name),
       properties_(spec.properties),
       railNames_(spec.railNames),
@@ -164,6 +165,39 @@ void Device::onRemoteWrite(size_t rail, uint64_t data, size_t length) {
 
 bool Device::onRemoteWriteError(uint64_t data, const char* why) {
   return protocol_->onRemoteWriteError(*this, data, why);
+}
+
+const char* Device::railName(size_t rail) const {
+  return rail < railNames_.size() ? railNames_[rail].c_str() : "?";
+}
+
+void Device::onTransferError(size_t rail, const Operation& op, int error, const char* text) {
+  // Our own cancellations (closes) and a single-rail device's failures say nothing new: its
+  // comms report them.
+  if (railCount_ < 2 || error == FI_ECANCELED || rail >= railCount_) return;
+  bool detail = text != nullptr && *text != '\0' && strcmp(text, fi_strerror(error)) != 0;
+  if (RailHealth::isPathFailure(error) && railHealth_.markDown(rail)) {
+    railErrorsReported_ |= 1u << rail;
+    size_t carrying = railHealth_.upCount();
+    // NCCL reads the speed when it builds a communicator: later ones see the rails left.
+    properties_.speedMbps =
+        static_cast<int>(int64_t{properties_.speedMbps} * static_cast<int64_t>(carrying) /
+                         static_cast<int64_t>(carrying + 1));
+    NNF_WARN(
+        "device %d: rail %zu (NIC %s) failed a %zu-byte %s: %s%s%s%s; its path is broken: new "
+        "messages avoid it and this device moves data on %zu of %zu rails from now on (what was "
+        "in flight on it fails)",
+        index_, rail, railName(rail), op.length, opTypeName(op.type), fi_strerror(error),
+        detail ? " (" : "", detail ? text : "", detail ? ")" : "", carrying, railCount_);
+    return;
+  }
+  if ((railErrorsReported_ & (1u << rail)) != 0) return;
+  railErrorsReported_ |= 1u << rail;
+  NNF_WARN(
+      "device %d: rail %zu (NIC %s) failed a %zu-byte %s: %s%s%s%s; later failures on this rail "
+      "are reported by their comms only",
+      index_, rail, railName(rail), op.length, opTypeName(op.type), fi_strerror(error),
+      detail ? " (" : "", detail ? text : "", detail ? ")" : "");
 }
 
 bool Device::startControl() {

@@ -27,6 +27,7 @@
 #include "core/operation_engine.h"
 #include "core/progress_keeper.h"
 #include "core/protocol.h"
+#include "core/rail_health.h"
 #include "core/remote_writes.h"
 #include "core/scratch_area.h"
 #include "fabric/domain_lock.h"
@@ -90,6 +91,9 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   // opens the leader only.
   const fabric::RailAttributes& rail(size_t index) const { return rails_->rail(index); }
   size_t railCount() const { return railCount_; }
+  // Which rails carry data (device lock held): a rail whose path broke is left out of new
+  // messages' choices (core/rail_health.h).
+  const RailHealth& railHealth() const { return railHealth_; }
   protocol::Protocol& protocol() { return *protocol_; }
   const std::string& provider() const { return provider_; }
   MemoryRegistry& memory() { return *memory_; }
@@ -206,8 +210,9 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
  private:
   // tcp and efa may keep a post or an inject (done at once for its caller) until the endpoint is
   // progressed again: behind a send the socket has not taken, or (efa) to send again a packet the
-  // target had no buffer for (RNR). The application may never call this device again (its send ended), so the keeper is
-  // woken on the first hand-over after it went idle and covers the rest without a lock here.
+  // target had no buffer for (RNR). The application may never call this device again (its send
+  // ended), so the keeper is woken on the first hand-over after it went idle and covers the rest
+  // without a lock here.
   void noteHandedOver() {
     ++handedOver_;
     if (!keeperArmed_ && keeper_ != nullptr) {  // null while the device is built or goes
@@ -220,6 +225,8 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   // EngineEvents: a peer's write goes to the RMA layer (its mark) or to the protocol.
   void onRemoteWrite(size_t rail, uint64_t data, size_t length) override;
   bool onRemoteWriteError(uint64_t data, const char* why) override;
+  void onTransferError(size_t rail, const Operation& op, int error, const char* text) override;
+  const char* railName(size_t rail) const;
   // The constructor's steps: what the rails' opening refused narrows the device; the scratch
   // area for receives the provider must not truncate; the host buffers it registers.
   void adoptRailVerdict(const DeviceSpec& spec);
@@ -239,6 +246,8 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   std::unique_ptr<DeviceRails> rails_;
   OperationEngine* engine_;  // rails_'s
   size_t railCount_;
+  RailHealth railHealth_;
+  uint32_t railErrorsReported_ = 0;  // bit r: rail r's first failure was named (one WARN a rail)
   std::string provider_;
   bool localOnly_ = false;
   size_t injectLimit_ = 0;

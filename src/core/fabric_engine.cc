@@ -116,7 +116,7 @@ abi::Result FabricEngine::inject(const Operation& op) {
   return postResult(op, rails_.front()->tinject(op.buffer, op.length, op.peer, op.tag));
 }
 
-void FabricEngine::retryQueued(Lane& lane) {
+void FabricEngine::retryQueued(Lane& lane, EngineEvents& events) {
   // -FI_EAGAIN can concern one peer only (rxm while it connects to an address that refuses):
   // an operation refused stays in place and the next ones are tried, a few refusals per pass,
   // so that one unreachable peer does not hold up every other. Order between operations does
@@ -133,7 +133,7 @@ void FabricEngine::retryQueued(Lane& lane) {
       lane.waiting.remove(*op);
       if (result != abi::kSuccess) {
         // The failure belongs to the operation's request; report it there.
-        noteRailFailure(op->rail, *op, static_cast<int>(-ret), "posting failed");
+        events.onTransferError(op->rail, *op, static_cast<int>(-ret), "posting failed");
         op->owner->onError(*op, static_cast<int>(-ret), 0, "posting failed");
       }
     }
@@ -166,8 +166,8 @@ abi::Result FabricEngine::progress(EngineEvents& events) {
     abi::Result result = readRail(r, events);
     if (result != abi::kSuccess) return result;
   }
-  if (!rx_.waiting.empty() || rx_.fullSinceNs != 0) retryQueued(rx_);
-  if (!tx_.waiting.empty() || tx_.fullSinceNs != 0) retryQueued(tx_);
+  if (!rx_.waiting.empty() || rx_.fullSinceNs != 0) retryQueued(rx_, events);
+  if (!tx_.waiting.empty() || tx_.fullSinceNs != 0) retryQueued(tx_, events);
   if (--eventCheckCountdown_ == 0) checkEvents();
   return abi::kSuccess;
 }
@@ -249,23 +249,8 @@ void FabricEngine::dispatchError(size_t railIndex, EngineEvents& events) {
   --laneOf(*op).posted;
   // shm in libfabric 1.17 reports a truncation as -FI_ETRUNC: errors are positive elsewhere.
   int error = entry.err < 0 ? -entry.err : entry.err;
-  noteRailFailure(railIndex, *op, error, text);
+  events.onTransferError(railIndex, *op, error, text);
   op->owner->onError(*op, error, entry.olen, text);
-}
-
-void FabricEngine::noteRailFailure(size_t railIndex, const Operation& op, int error,
-                                   const char* text) {
-  // Our own cancellations (closes) and a single-rail device's failures say nothing new.
-  if (rails_.size() < 2 || error == FI_ECANCELED) return;
-  if (railFailureReported_.size() < rails_.size()) railFailureReported_.resize(rails_.size());
-  if (railFailureReported_[railIndex]) return;
-  railFailureReported_[railIndex] = true;
-  bool detail = text != nullptr && *text != '\0' && strcmp(text, fi_strerror(error)) != 0;
-  NNF_WARN(
-      "device %d: rail %zu (NIC %s) failed a %zu-byte %s: %s%s%s%s; later failures on this rail "
-      "are reported by their comms only",
-      settings_.deviceIndex, railIndex, railName(railIndex), op.length, opTypeName(op.type),
-      fi_strerror(error), detail ? " (" : "", detail ? text : "", detail ? ")" : "");
 }
 
 }  // namespace nnf::core

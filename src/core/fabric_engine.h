@@ -65,13 +65,10 @@ class FabricEngine final : public OperationEngine {
   abi::Result postNow(Operation& op, ssize_t* ret);
   // Maps a post's return value: success, kInProgress for -FI_EAGAIN, else one WARN.
   abi::Result postResult(const Operation& op, ssize_t ret) const;
-  void retryQueued(Lane& lane);
+  void retryQueued(Lane& lane, EngineEvents& events);
   void checkWaiting(Lane& lane);
   abi::Result readRail(size_t index, EngineEvents& events);
   void dispatchError(size_t railIndex, EngineEvents& events);
-  // The first failure of an operation on one of several rails names that rail's NIC, once:
-  // comms report their own failures, but not which NIC of the device broke.
-  void noteRailFailure(size_t railIndex, const Operation& op, int error, const char* text);
   // Reads the rails' event queues (where the provider has them) every kEventCheckInterval
   // progress calls: handshake failures are reported there, seldom.
   void checkEvents();
@@ -87,8 +84,7 @@ class FabricEngine final : public OperationEngine {
   Lane rx_{"receive"};  // NOLINT: named lanes
   Lane tx_{"transmit"};
   uint32_t eventCheckCountdown_ = kEventCheckInterval;
-  std::vector<bool> eventReported_;        // per rail: one WARN
-  std::vector<bool> railFailureReported_;  // per rail (noteRailFailure)
+  std::vector<bool> eventReported_;  // per rail: one WARN
   bool unattributedErrorReported_ = false;
 };
 

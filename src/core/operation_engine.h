@@ -28,6 +28,9 @@ class EngineEvents {
   // A peer's write into this device failed here; `data` is its immediate data. True when a comm
   // took the failure (the engine reports the rest once).
   virtual bool onRemoteWriteError(uint64_t data, const char* why) = 0;
+  // One of our operations on rail `rail` failed with `error` (positive; `text`: the provider's
+  // words, may be null), just before its owner hears of it: the device judges the rail.
+  virtual void onTransferError(size_t rail, const Operation& op, int error, const char* text) = 0;
 
  protected:
   ~EngineEvents() = default;

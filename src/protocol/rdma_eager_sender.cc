@@ -143,7 +143,9 @@ bool EagerSender::send(core::Request& request, int32_t tag, uint16_t seq,
   op.tag = encodeEager(comm_.remoteId(), entry);
   request.count = 1;
   request.remaining = 0;
-  if (hostBuffer && sizeof(EagerHeader) + size <= device.injectLimit() &&
+  // Inline only on a comm of one rail: efa reports a failed inject without its context, so a
+  // rail's failure would lose the message unseen (startWrite says the same).
+  if (hostBuffer && comm_.rails() == 1 && sizeof(EagerHeader) + size <= device.injectLimit() &&
       sendGathered(request, op, header, tag, size)) {
     return true;
   }

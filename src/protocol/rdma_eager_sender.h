@@ -79,12 +79,15 @@ class EagerSender {
   EagerHeader* headerStaging(uint32_t entry) const;
   // The rail of the next eager message: the rails a write of ours reached in turn, except where
   // the header goes ahead of its message or is left out (shm): those rely on one rail's order.
+  // A rail whose path broke is left out (core/rail_health.h), unless no reached one is left.
   size_t nextRail() {
     if (rails_ <= 1) return 0;
+    uint32_t usable = reached_ & comm_.device().railHealth().upMask();
+    if (usable == 0) usable = reached_;
     for (size_t tries = 0; tries < rails_; ++tries) {
       size_t rail = nextRail_;
       nextRail_ = rail + 1 == rails_ ? 0 : rail + 1;
-      if ((reached_ & (1u << rail)) != 0) return rail;
+      if ((usable & (1u << rail)) != 0) return rail;
     }
     return 0;
   }

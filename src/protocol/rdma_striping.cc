@@ -116,24 +116,33 @@ void Striper::startWrite(core::Request& request, const Arrived& arrived,
   bool withLength = rdma_.immediateCarriesLength();
   Share shares[kMaxRails];
   const uint64_t segmentBytes = rdma_.writeSegmentBytes();
-  uint32_t count = planShares(total, comm_.rails(), rdma_.stripeMinBytes(), segmentBytes, shares);
+  // The rails that carry data: all of the comm's until one fails (core/rail_health.h).
+  uint8_t carrying[kMaxRails] = {0, 1, 2, 3};
+  static_assert(kMaxRails == 4);
+  size_t rails = comm_.rails();
+  if (rails > 1) rails = device.railHealth().carrying(rails, carrying);
+  uint32_t count = planShares(total, rails, rdma_.stripeMinBytes(), segmentBytes, shares);
   uint32_t segments = 0;
   for (uint32_t i = 0; i < count; ++i) segments += shares[i].segments;
   // A message on one rail takes the rails in turn; an empty one goes where every key is valid.
   size_t firstRail = 0;
-  if (count == 1 && total > 0 && comm_.rails() > 1) {
+  if (count == 1 && total > 0 && rails > 1) {
+    if (nextRail_ >= rails) nextRail_ = 0;
     firstRail = nextRail_;
-    nextRail_ = (nextRail_ + 1) % comm_.rails();
+    nextRail_ = (nextRail_ + 1) % rails;
   }
   char* base = static_cast<char*>(first.buffer);
   request.count = static_cast<uint8_t>(count);
   request.remaining = 0;
-  // Inject copies the bytes with the CPU (EFA emulates it so): host memory only.
+  // Inject copies the bytes with the CPU (EFA emulates it so): host memory only. Not on a comm
+  // of several rails: efa reports a failed inject without its context, so that a rail's failure
+  // would lose the message unseen instead of failing its request (docs/failover.md).
   bool hostBuffer = handle == nullptr || handle->type == memory::MemType::kHost;
-  bool inject = count == 1 && total > 0 && total <= device.injectLimit() && hostBuffer;
+  bool inject =
+      count == 1 && total > 0 && total <= device.injectLimit() && hostBuffer && comm_.rails() == 1;
   for (uint32_t i = 0; i < count; ++i) {
     core::Operation& op = request.ops[i];
-    size_t rail = firstRail + i;
+    size_t rail = carrying[firstRail + i];
     uint64_t segment = std::min(shares[i].length, segmentBytes);
     op.owner = &comm_;
     op.type = core::OpType::kWrite;

@@ -67,10 +67,12 @@ void ControlChannel::repost(Entry& entry) {
 }
 
 namespace {
-// What a closing comm still needs to hear: the two ends of the rdma protocol's close handshake.
+// What a closing comm still needs to hear: the two ends of the rdma protocol's close handshake,
+// and the protocol's answers about writes its close may be waiting for.
 bool closingKind(uint32_t kind) {
   return kind == static_cast<uint32_t>(wire::ControlKind::kClosed) ||
-         kind == static_cast<uint32_t>(wire::ControlKind::kClosedAck);
+         kind == static_cast<uint32_t>(wire::ControlKind::kClosedAck) ||
+         kind == static_cast<uint32_t>(wire::ControlKind::kProtocol);
 }
 }  // namespace
 

@@ -206,6 +206,12 @@ void DataComm::onError(Operation& op, int error, size_t overflow, const char* te
     }
     return;
   }
+  // A write on a rail whose path broke may go again on another (the rdma protocol's recovery):
+  // the request stays pending meanwhile.
+  if (op.type == OpType::kWrite && request->state == Request::State::kActive && !closed() &&
+      device().protocol().onWriteFailed(*this, op, error)) {
+    return;
+  }
   // A closing receiver waits for the sender's last write to end, however it ends.
   struct WriteDone {
     DataComm& comm;

@@ -184,9 +184,9 @@ void Device::onTransferError(size_t rail, const Operation& op, int error, const 
         static_cast<int>(int64_t{properties_.speedMbps} * static_cast<int64_t>(carrying) /
                          static_cast<int64_t>(carrying + 1));
     NNF_WARN(
-        "device %d: rail %zu (NIC %s) failed a %zu-byte %s: %s%s%s%s; its path is broken: new "
-        "messages avoid it and this device moves data on %zu of %zu rails from now on (what was "
-        "in flight on it fails)",
+        "device %d: rail %zu (NIC %s) failed a %zu-byte %s: %s%s%s%s; its path is broken: this "
+        "device moves data on %zu of %zu rails from now on, and what was in flight on it goes "
+        "again on the others (rdma)",
         index_, rail, railName(rail), op.length, opTypeName(op.type), fi_strerror(error),
         detail ? " (" : "", detail ? text : "", detail ? ")" : "", carrying, railCount_);
     return;

@@ -162,8 +162,11 @@ void FabricEngine::checkWaiting(Lane& lane) {
 }
 
 abi::Result FabricEngine::progress(EngineEvents& events) {
-  for (size_t r = 0; r < rails_.size(); ++r) {
-    abi::Result result = readRail(r, events);
+  // The leader last: a control message read in this call comes after everything the other rails
+  // delivered before it was sent (the rdma protocol's question about a write that failed on a
+  // rail must find what landed of it counted already: docs/architecture.md, "A rail that fails").
+  for (size_t r = 1; r <= rails_.size(); ++r) {
+    abi::Result result = readRail(r % rails_.size(), events);
     if (result != abi::kSuccess) return result;
   }
   if (!rx_.waiting.empty() || rx_.fullSinceNs != 0) retryQueued(rx_, events);

@@ -59,9 +59,14 @@ struct PendingSend {
   MemoryHandle* handle;
 };
 // A posted write of one segment of a message (the rdma protocol): bytes of its share, the part
-// of the message its rail carries, after this segment.
+// of the message its rail carries, after this segment; the (tag, sequence number) of the buffer
+// it writes into, which names it to the receiver if the write must be asked about (a rail
+// failed); and whether it is a share written again after such a failure.
 struct WriteSegment {
   uint64_t shareLeft;
+  int32_t tag;
+  uint16_t seq;
+  uint8_t resent;
 };
 // A read copying an eager message from a bounce entry into GPU memory (the rdma protocol).
 struct EagerCopy {

@@ -95,6 +95,12 @@ class Protocol {
   // A request's write completed: true when the protocol posted it again (the next segment), so
   // the request is not done yet.
   virtual bool continueWrite(core::DataComm& comm, core::Operation& op) { return false; }
+  // A request's write failed with `error` (the device has judged its rail): true when the
+  // protocol takes it over (it will post it again, or complete it, later), so the request stays
+  // pending; false: the request fails.
+  virtual bool onWriteFailed(core::DataComm& comm, core::Operation& op, int error) { return false; }
+  // A message of the protocol's own from the connected peer (wire::ControlKind::kProtocol).
+  virtual void onProtocolMessage(core::DataComm& comm, const uint8_t* data, size_t length) {}
   // The comm's own operations still with the provider.
   virtual int ownInFlight(const core::DataComm& comm) const { return 0; }
   virtual void cancelOwn(core::DataComm& comm) {}

@@ -64,6 +64,8 @@ abi::Result RecvComm::start(const wire::ConnectMessage& request) {
 void RecvComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) {
   if (kind == wire::ControlKind::kClosedAck) {
     device().protocol().onPeerClosedAck(*this, data, length);
+  } else if (kind == wire::ControlKind::kProtocol && state_ == State::kReady) {
+    device().protocol().onProtocolMessage(*this, data, length);
   }
 }
 

@@ -46,6 +46,10 @@ void SendComm::onControlComplete(Operation& op, size_t length) {
 }
 
 void SendComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) {
+  if (kind == wire::ControlKind::kProtocol) {
+    if (state_ == State::kReady) device().protocol().onProtocolMessage(*this, data, length);
+    return;
+  }
   if (kind == wire::ControlKind::kClosed) {
     // The receiver is gone for good: what waits for it fails now rather than at a timeout.
     // Writes in flight are not failed: the receiver may have taken them before it closed.

@@ -12,9 +12,10 @@
 namespace nnf::core::wire {
 
 // 2: protocol ids and the rdma ring; 3: rail addresses; 4: the rdma ring's key on every rail
-// (and the rdma eager grant's, protocol/rdma_eager.h). Both ends check it: a peer of another
-// version is refused with a reason naming both versions.
-constexpr uint16_t kVersion = 4;
+// (and the rdma eager grant's, protocol/rdma_eager.h); 5: the protocols' own control messages
+// (kProtocol: the rdma protocol's rail recovery) and the rdma arena slot's recovery area. Both
+// ends check it: a peer of another version is refused with a reason naming both versions.
+constexpr uint16_t kVersion = 5;
 constexpr size_t kMaxAddressLength = 96;
 // The rails of a device beyond its leader, as an accept message carries them (EFA addresses
 // are 32 bytes, IPv6 sockaddrs 28).
@@ -31,7 +32,8 @@ enum class ControlKind : uint32_t {
   kPing = 3,
   kClosed = 4,
   kClosedAck = 5,
-  kRma = 6  // the one-sided RMA layer's set-up messages (src/rma/wire.h says which)
+  kRma = 6,      // the one-sided RMA layer's set-up messages (src/rma/wire.h says which)
+  kProtocol = 7  // a data protocol's own messages between connected comms (rdma: rail recovery)
 };
 struct ControlHeader {
   static constexpr uint32_t kMagic = 0x4843464eu;  // "NFCH"

@@ -157,7 +157,8 @@ TEST(ConnectMessage, RoundTripsAndChecksListener) {
 }
 
 // Version 4 carries the rdma ring's key on every rail, and is 24 bytes longer than version 3: a
-// peer of version 3 is refused for its version (not for its size), naming both.
+// peer of version 3 is refused for its version (not for its size), naming both (ours is 5 now:
+// the rdma protocol's rail recovery).
 TEST(ConnectMessage, CarriesTheRingKeyOfEveryRailAndRefusesVersion3ForItsVersion) {
   const uint64_t railKeys[wire::kMaxRails - 1] = {0x11, 0x22, 0x33};
   wire::ConnectMessage message =
@@ -171,7 +172,7 @@ TEST(ConnectMessage, CarriesTheRingKeyOfEveryRailAndRefusesVersion3ForItsVersion
   old.version = 3;
   old.length = 144;
   EXPECT_FALSE(wire::decodeConnectMessage(&old, 144, 3, &decoded, &reason));
-  EXPECT_TRUE(names(reason, "version 3, expected 4")) << reason;
+  EXPECT_TRUE(names(reason, "version 3, expected " + std::to_string(wire::kVersion))) << reason;
   EXPECT_TRUE(names(reason, "another release of the plugin")) << reason;
 }
 

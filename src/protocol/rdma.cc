@@ -70,6 +70,16 @@ bool Rdma::onOwnCompletion(core::DataComm& comm, core::Operation& op, int error)
   return false;
 }
 
+bool Rdma::onWriteFailed(core::DataComm& comm, core::Operation& op, int error) {
+  rdma::Sender* sender = senderOf(comm);
+  return sender != nullptr && sender->onWriteFailed(op, error);
+}
+
+void Rdma::onProtocolMessage(core::DataComm& comm, const uint8_t* data, size_t length) {
+  if (rdma::Sender* sender = senderOf(comm)) sender->onProtocolMessage(data, length);
+  if (rdma::Receiver* receiver = receiverOf(comm)) receiver->onProtocolMessage(data, length);
+}
+
 bool Rdma::continueWrite(core::DataComm& comm, core::Operation& op) {
   rdma::Sender* sender = senderOf(comm);
   return sender != nullptr && sender->continueWrite(op);

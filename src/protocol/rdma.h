@@ -34,6 +34,8 @@ class Rdma final : public Protocol {
   abi::Result startSend(core::SendComm& comm, ConnectInfo* info) override;
   abi::Result startRecv(core::RecvComm& comm, const ConnectInfo& info) override;
   void onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_t length) override;
+  bool onWriteFailed(core::DataComm& comm, core::Operation& op, int error) override;
+  void onProtocolMessage(core::DataComm& comm, const uint8_t* data, size_t length) override;
   bool onRemoteWriteError(core::Device& device, uint64_t data, const char* why) override;
   bool onOwnCompletion(core::DataComm& comm, core::Operation& op, int error) override;
   bool continueWrite(core::DataComm& comm, core::Operation& op) override;

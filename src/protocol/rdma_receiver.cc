@@ -24,7 +24,8 @@ Receiver::Receiver(core::RecvComm& comm, RdmaDevice& rdma)
       staging_(rdma.ringArena()),
       slots_(comm, staging_, ring_),
       close_(comm, staging_),
-      eager_(comm, rdma, staging_, ring_, slots_, close_) {}
+      eager_(comm, rdma, staging_, ring_, slots_, close_),
+      recovery_(comm, staging_, slots_) {}
 
 bool Receiver::start(const ConnectInfo& info) {
   if (!staging_.acquire()) return false;
@@ -184,17 +185,18 @@ bool Receiver::onWrite(size_t rail, const Immediate& imm, size_t length) {
       slots_.onVoid(imm.slot, imm.index);
       return true;
     default:
-      return onSegment(imm, length);
+      return onSegment(rail, imm, length);
   }
 }
 
 // A segment of a message landed in a described buffer (or the notice that it did not fit).
-bool Receiver::onSegment(const Immediate& imm, size_t length) {
+bool Receiver::onSegment(size_t rail, const Immediate& imm, size_t length) {
   core::Request* request = slots_.requestAt(imm.slot);
   if (request == nullptr) return false;
   uint64_t segmentBytes = rdma_.immediateCarriesLength() ? imm.length : length;
   uint64_t total = 0;
-  switch (slots_.progress(imm.slot).onSegment(imm.index, imm.segments, segmentBytes, &total)) {
+  switch (
+      slots_.progress(imm.slot).onSegment(imm.index, imm.segments, segmentBytes, &total, rail)) {
     case SegmentOutcome::kPending:
       return true;
     case SegmentOutcome::kComplete:
@@ -219,6 +221,7 @@ bool Receiver::onSegment(const Immediate& imm, size_t length) {
 
 bool Receiver::onOwnCompletion(core::Operation& op, int error) {
   if (close_.onNoticeDone(op, error)) return true;
+  if (recovery_.onOwnCompletion(op)) return true;
   bool ours = eager_.onCreditWriteDone(op, error);
   if (!ours) {
     uint32_t slot = slots_.slotOfWrite(op);
@@ -242,6 +245,7 @@ int Receiver::ownInFlight() {
   };
   countOne(close_.notice());
   countOne(eager_.creditWrite());
+  count += recovery_.answerPending() ? 1 : 0;
   slots_.forEachWrite(countOne);
   return count;
 }

@@ -15,6 +15,7 @@
 #include "protocol/rdma_device.h"
 #include "protocol/rdma_eager_receiver.h"
 #include "protocol/rdma_recv_close.h"
+#include "protocol/rdma_recv_recovery.h"
 #include "protocol/rdma_recv_slots.h"
 #include "protocol/rdma_wire.h"
 
@@ -41,6 +42,8 @@ class Receiver final : public CommState {
   void onClose();
   int peerWritesPending() const { return close_.peerWritesPending(); }
   void onPeerClosedAck(const uint8_t* data, size_t length) { close_.onAnswer(data, length); }
+  // The sender's question about a write on a failed rail (RecvRecovery).
+  void onProtocolMessage(const uint8_t* data, size_t length) { recovery_.onMessage(data, length); }
   void onWaiting(core::Request& request, uint64_t waitedNs);
   void forget(core::Request& request);
   void releaseRegistrations() { slots_.dropAllHandles(); }
@@ -63,7 +66,7 @@ class Receiver final : public CommState {
                           size_t size, int tag, core::MemoryHandle* handle, Staged* staged);
   void deliverSettled(core::Request& request, int count, const Staged& staged,
                       core::MemoryHandle* const* handles);
-  bool onSegment(const Immediate& imm, size_t length);
+  bool onSegment(size_t rail, const Immediate& imm, size_t length);
   bool writesIntoRingInFlight() const {
     return slots_.writesInFlight() || eager_.creditWriteInFlight();
   }
@@ -75,6 +78,7 @@ class Receiver final : public CommState {
   RecvSlots slots_;
   ReceiverClose close_;
   EagerReceiver eager_;
+  RecvRecovery recovery_;
 };
 
 }  // namespace nnf::protocol::rdma

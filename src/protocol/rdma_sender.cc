@@ -25,7 +25,8 @@ Sender::Sender(core::SendComm& comm, RdmaDevice& rdma)
       ring_(rdma.ringArena()),
       close_(comm, ring_),
       striper_(comm, rdma, close_),
-      eager_(comm, rdma, ring_, close_) {}
+      eager_(comm, rdma, ring_, close_),
+      recovery_(comm, rdma, ring_) {}
 
 bool Sender::start(ConnectInfo* info) {
   if (!ring_.acquire()) return false;
@@ -166,6 +167,7 @@ void Sender::sendWaitingEagerly() {
 
 bool Sender::onOwnCompletion(core::Operation& op, int error) {
   if (close_.isAnswer(op)) return true;
+  if (recovery_.onOwnCompletion(op, error)) return true;
   if (!eager_.onOwnCompletion(op, error)) return false;
   onWriteDone();  // a close answer may wait for this write
   return true;
@@ -182,7 +184,8 @@ int Sender::ownInFlight() {
   // Queued counts too: a comm freed with an operation in the device's retry queue would leave
   // the queue pointing into freed memory.
   if (close_.answerPending()) return 1;
-  return eager_.writesPending() + (close_.ringExposed() ? 1 : 0);
+  return eager_.writesPending() + (close_.ringExposed() ? 1 : 0) +
+         (recovery_.questionPending() ? 1 : 0);
 }
 
 void Sender::onClose() {
@@ -205,6 +208,7 @@ void Sender::onWaiting(uint64_t waitedNs) {
 }
 
 void Sender::forget(core::Request& request) {
+  recovery_.forget(request);
   // A send given up while it waited leaves the list before its request can be used again.
   core::Operation& op = request.ops[0];
   if (!op.inFlight && !op.queued) {

@@ -16,6 +16,7 @@
 #include "protocol/rdma_eager_sender.h"
 #include "protocol/rdma_matching.h"
 #include "protocol/rdma_send_close.h"
+#include "protocol/rdma_send_recovery.h"
 #include "protocol/rdma_striping.h"
 
 namespace nnf::protocol::rdma {
@@ -36,6 +37,9 @@ class Sender final : public CommState {
 
   bool onOwnCompletion(core::Operation& op, int error);
   bool continueWrite(core::Operation& op);
+  // A data write failed: true when the share is in doubt and recovered (SendRecovery).
+  bool onWriteFailed(core::Operation& op, int error) { return recovery_.onWriteFailed(op, error); }
+  void onProtocolMessage(const uint8_t* data, size_t length) { recovery_.onMessage(data, length); }
   int ownInFlight();
   void onClose();
   void onPeerClosed();
@@ -61,6 +65,7 @@ class Sender final : public CommState {
   SenderClose close_;
   Striper striper_;
   EagerSender eager_;
+  SendRecovery recovery_;
   bool warnedReleased_ = false;  // one WARN a comm for sends whose buffer was deregistered
 };
 

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "protocol/rdma_wire.h"
 #include "protocol/state_machine.h"
@@ -60,6 +61,8 @@ class SlotProgress {
       buffer.bytes = 0;
       buffer.segments = 0;
       buffer.seen = 0;
+      buffer.ignoredRails = 0;
+      memset(buffer.seenOn, 0, sizeof(buffer.seenOn));
       to(buffer, BufferState::kExpecting);
     }
   }
@@ -71,12 +74,16 @@ class SlotProgress {
     for (uint32_t i = 0; i < count_; ++i) to(buffers_[i], BufferState::kIdle);
     count_ = 0;
   }
-  // One segment of `length` bytes landed in buffer `index`; the message has `segments` of them
-  // (0: a truncation notice). kComplete once all have; *total then holds the message's size.
-  // kInvalid for what no buffer expects (a broken peer's write), which then ends the buffer.
-  SegmentOutcome onSegment(uint32_t index, uint32_t segments, uint64_t length, uint64_t* total) {
+  // One segment of `length` bytes landed in buffer `index` on rail `rail`; the message has
+  // `segments` of them (0: a truncation notice). kComplete once all have; *total then holds the
+  // message's size. kInvalid for what no buffer expects (a broken peer's write), which then ends
+  // the buffer. A segment on a rail the buffer was reset for (resetRail) is a late original of a
+  // share written again: ignored (kPending).
+  SegmentOutcome onSegment(uint32_t index, uint32_t segments, uint64_t length, uint64_t* total,
+                           size_t rail = 0) {
     if (index >= kGroup || !acceptsSegments(buffers_[index].state)) return SegmentOutcome::kInvalid;
     Buffer& buffer = buffers_[index];
+    if ((buffer.ignoredRails >> rail & 1u) != 0) return SegmentOutcome::kPending;
     if (segments == 0) {
       to(buffer, BufferState::kEnded);
       return SegmentOutcome::kTruncated;
@@ -88,6 +95,7 @@ class SlotProgress {
       return SegmentOutcome::kInvalid;
     }
     buffer.bytes += length;
+    ++buffer.seenOn[rail];
     if (++buffer.seen < segments) {
       to(buffer, BufferState::kFilling);
       return SegmentOutcome::kPending;
@@ -95,6 +103,25 @@ class SlotProgress {
     to(buffer, BufferState::kEnded);
     *total = buffer.bytes;
     return SegmentOutcome::kComplete;
+  }
+  // The sender's write of `rail`'s share of buffer `index` failed on a broken path and may have
+  // partly landed (RailQuery): when the buffer still waits for segments, what landed on that rail
+  // is forgotten (its segments, and their bytes: the first of them, each `segmentBytes` long but
+  // the share's last, went in order, each posted once the one before completed), later segments
+  // on that rail are ignored, and true: the sender writes the share again, whole, on another
+  // rail. False when the buffer ended (nothing to write again).
+  bool resetRail(uint32_t index, size_t rail, uint64_t shareBytes, uint64_t segmentBytes) {
+    if (index >= count_ || rail >= kMaxRails || !acceptsSegments(buffers_[index].state)) {
+      return false;
+    }
+    Buffer& buffer = buffers_[index];
+    uint64_t landed = buffer.seenOn[rail];
+    uint64_t landedBytes = landed * segmentBytes < shareBytes ? landed * segmentBytes : shareBytes;
+    buffer.seen = static_cast<uint8_t>(buffer.seen - landed);
+    buffer.bytes -= landedBytes < buffer.bytes ? landedBytes : buffer.bytes;
+    buffer.seenOn[rail] = 0;
+    buffer.ignoredRails = static_cast<uint8_t>(buffer.ignoredRails | 1u << rail);
+    return true;
   }
   // An eager message filled buffer `index` before this group was described: the sender skips
   // its descriptor (kSettled), nothing more comes for it.
@@ -142,7 +169,9 @@ class SlotProgress {
     uint64_t bytes = 0;
     uint8_t segments = 0;  // 0: none seen yet
     uint8_t seen = 0;
+    uint8_t ignoredRails = 0;  // bit r: rail r's share was reset (resetRail): late ones ignored
     BufferState state = BufferState::kIdle;
+    uint8_t seenOn[kMaxRails] = {};  // segments seen per rail (kMaxSegments fits a byte)
   };
   static bool acceptsSegments(BufferState state) {
     return static_cast<uint8_t>(state) - 1u <= static_cast<uint8_t>(BufferState::kFilling) - 1u;

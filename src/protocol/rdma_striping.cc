@@ -153,6 +153,9 @@ void Striper::startWrite(core::Request& request, const Arrived& arrived,
     op.desc = handle != nullptr ? handle->descOn(rail) : nullptr;
     op.length = segment;
     op.segment.shareLeft = shares[i].length - segment;
+    op.segment.tag = buffer.tag;
+    op.segment.seq = buffer.seq;
+    op.segment.resent = 0;
     op.transferred = 0;
     op.remoteAddress = buffer.address + shares[i].offset;
     op.remoteKey = buffer.keys[rail];

@@ -200,7 +200,10 @@ constexpr size_t kGrantOffset = kNoticeBytes;  // written by the receiver (rdma:
 constexpr size_t kGrantBytes = 64;
 constexpr size_t kEagerHeadersOffset = kGrantOffset + kGrantBytes;  // the sender's own
 constexpr size_t kEagerHeadersBytes = 64 * 16;  // kEagerEntries headers (rdma_eager.h)
-constexpr size_t kRingOffset = kEagerHeadersOffset + kEagerHeadersBytes;
+// Each side's staging of its rail recovery message (RailQuery, RailAnswer below).
+constexpr size_t kRecoveryOffset = kEagerHeadersOffset + kEagerHeadersBytes;
+constexpr size_t kRecoveryBytes = 64;
+constexpr size_t kRingOffset = kRecoveryOffset + kRecoveryBytes;
 constexpr size_t kArenaSlotBytes = kRingOffset + kRingBytes;
 constexpr size_t entryOffset(uint32_t slot) {
   return kRingOffset + size_t{slot} * kEntryBytes;
@@ -214,6 +217,37 @@ struct ClosedAck {
   uint64_t written[kMaxRails];
 };
 static_assert(sizeof(ClosedAck) == 32);
+
+// Rail recovery (docs/failover.md, step 3), the protocol's own control messages
+// (wire::ControlKind::kProtocol). A write of the sender's failed on a rail whose path broke: it
+// may or may not have landed (efa may lose the acknowledgement), and the receiver may have
+// counted some of that rail's segments. The sender asks (RailQuery) about the buffer it wrote
+// into, named by slot, index and the (tag, sequence number) its descriptor had; the receiver
+// answers (RailAnswer) that the buffer ended (nothing to do: it completed, or its slot serves
+// another group now), or that it forgot what landed of that rail's share, ignores the rest of
+// that rail for the buffer, and waits for the share again: the sender writes it again, whole,
+// on a rail that is up, with the same immediate data.
+enum class RecoveryKind : uint32_t { kQuery = 1, kAnswer = 2 };
+struct RailQuery {
+  uint32_t kind;  // RecoveryKind::kQuery
+  uint32_t slot;
+  uint32_t index;
+  int32_t tag;
+  uint32_t seq;
+  uint32_t rail;          // the rail whose share is in doubt
+  uint64_t shareBytes;    // that share's length
+  uint64_t segmentBytes;  // the length of its segments (the last may be shorter)
+};
+struct RailAnswer {
+  uint32_t kind;  // RecoveryKind::kAnswer
+  uint32_t slot;
+  uint32_t index;
+  uint32_t rail;
+  uint32_t resend;  // 1: write the share again; 0: the buffer ended, nothing to write
+  uint32_t reserved;
+};
+static_assert(16 + sizeof(RailQuery) <= kRecoveryBytes && 16 + sizeof(RailAnswer) <= kRecoveryBytes,
+              "a control header and the message fit the staging area");
 
 // Messages are cut into segments no longer than this, so that a length fits 32 bits.
 constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 31;

@@ -1,0 +1,177 @@
+#include "protocol/rdma_send_recovery.h"
+
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "core/device.h"
+#include "core/wire.h"
+#include "log/log.h"
+
+namespace nnf::protocol::rdma {
+
+SendRecovery::SendRecovery(core::SendComm& comm, const RdmaDevice& rdma, const ArenaSlot& ring)
+    : comm_(comm), rdma_(rdma), ring_(ring) {
+  question_.owner = &comm;
+}
+
+bool SendRecovery::onWriteFailed(core::Operation& op, int error) {
+  size_t rails = comm_.rails();
+  if (rails < 2 || op.segment.resent != 0 || !core::RailHealth::isPathFailure(error)) return false;
+  Immediate imm = decode(op.tag);
+  if (imm.kind != ImmKind::kData || imm.segments == 0) return false;  // a notice, not data
+  // Another rail of the comm must be up to write the share on (the device took this one down).
+  uint32_t others = comm_.device().railHealth().upMask() & ((1u << rails) - 1) & ~(1u << op.rail);
+  if (others == 0) return false;
+  if (!doubts_) doubts_.reset(new (std::nothrow) Doubt[kCapacity]);
+  if (!doubts_ || count_ == kCapacity) return false;
+  doubts_[count_++] = Doubt{&op, ShareDoubt::kUnresolved};
+  askNext();
+  return true;
+}
+
+void SendRecovery::askNext() {
+  if (awaitingAnswer_ || questionPending()) return;
+  size_t i = 0;
+  while (i < count_) {
+    Doubt& doubt = doubts_[i];
+    if (doubt.state != ShareDoubt::kUnresolved) {
+      ++i;
+      continue;
+    }
+    core::Operation& op = *doubt.op;
+    Immediate imm = decode(op.tag);
+    RailQuery query{static_cast<uint32_t>(RecoveryKind::kQuery),
+                    imm.slot,
+                    imm.index,
+                    op.segment.tag,
+                    op.segment.seq,
+                    op.rail,
+                    op.transferred + op.length + op.segment.shareLeft,
+                    rdma_.writeSegmentBytes()};
+    uint8_t* buffer = ring_->data + kRecoveryOffset;
+    abi::Result sent = comm_.device().controlChannel().send(
+        question_, buffer, ring_->desc, comm_.peer(), comm_.remoteId(),
+        core::wire::ControlKind::kProtocol, &query, sizeof(query));
+    if (sent != abi::kSuccess) {
+      remove(i);  // `i` holds another one now
+      fail(op, FI_EIO, "the question about it could not be sent");
+      continue;
+    }
+    to(doubt, ShareDoubt::kAsked);
+    awaitingAnswer_ = true;
+    return;
+  }
+}
+
+void SendRecovery::onMessage(const uint8_t* data, size_t length) {
+  RailAnswer answer;
+  if (length < sizeof(answer)) return;
+  memcpy(&answer, data, sizeof(answer));
+  if (answer.kind != static_cast<uint32_t>(RecoveryKind::kAnswer) || !awaitingAnswer_) return;
+  for (size_t i = 0; i < count_; ++i) {
+    core::Operation& op = *doubts_[i].op;
+    Immediate imm = decode(op.tag);
+    if (doubts_[i].state != ShareDoubt::kAsked || imm.slot != answer.slot ||
+        imm.index != answer.index || op.rail != answer.rail) {
+      continue;
+    }
+    remove(i);
+    awaitingAnswer_ = false;
+    if (answer.resend != 0) {
+      writeAgain(op);
+    } else {
+      settle(op);
+    }
+    break;
+  }
+  askNext();
+}
+
+bool SendRecovery::onOwnCompletion(core::Operation& op, int error) {
+  if (&op != &question_) return false;
+  if (error != 0) {
+    // The receiver will not answer: every share asked or waiting to be fails its request.
+    awaitingAnswer_ = false;
+    while (count_ > 0) {
+      core::Operation& doubtful = *doubts_[count_ - 1].op;
+      remove(count_ - 1);
+      fail(doubtful, error, "the question about it could not be sent");
+    }
+    return true;
+  }
+  askNext();
+  return true;
+}
+
+void SendRecovery::forget(const core::Request& request) {
+  for (size_t i = count_; i-- > 0;) {
+    core::Operation& op = *doubts_[i].op;
+    if (op.request != &request) continue;
+    if (doubts_[i].state == ShareDoubt::kAsked) awaitingAnswer_ = false;  // the answer is dropped
+    remove(i);
+    // The share still counts in the request's operations: it ends now, so that the request
+    // returns to its pool.
+    op.segment.resent = 1;
+    comm_.onError(op, FI_ECANCELED, 0, nullptr);
+  }
+  askNext();
+}
+
+void SendRecovery::remove(size_t index) {
+  // Order does not matter: the receiver answers about one share at a time, named in the answer.
+  doubts_[index] = doubts_[count_ - 1];
+  --count_;
+}
+
+// The receiver forgot what landed of the share and waits for it: the whole share goes again on a
+// rail that is up, with the keys its descriptor gave for that rail (the ring entry cannot have
+// been written again: its group waits for this share).
+void SendRecovery::writeAgain(core::Operation& op) {
+  uint8_t carrying[kMaxRails] = {0, 1, 2, 3};
+  static_assert(kMaxRails == 4);
+  size_t rails = comm_.device().railHealth().carrying(comm_.rails(), carrying);
+  size_t rail = carrying[nextRail_++ % rails];
+  if (rail == op.rail) rail = carrying[nextRail_++ % rails];
+  uint64_t share = op.transferred + op.length + op.segment.shareLeft;
+  Immediate imm = decode(op.tag);
+  const auto* described = reinterpret_cast<const BufferDescriptor*>(
+      ring_->data + entryOffset(imm.slot) + imm.index * sizeof(BufferDescriptor));
+  core::MemoryHandle* handle = op.request->heldRegistration;
+  op.buffer = static_cast<char*>(op.buffer) - op.transferred;
+  op.remoteAddress -= op.transferred;
+  op.rail = static_cast<uint8_t>(rail);
+  op.peer = comm_.peer(rail);
+  op.desc = handle != nullptr ? handle->descOn(rail) : nullptr;
+  op.remoteKey = described->keys[rail];
+  op.length = std::min(share, rdma_.writeSegmentBytes());
+  op.segment.shareLeft = share - op.length;
+  op.segment.resent = 1;
+  op.transferred = 0;
+  if (rdma_.immediateCarriesLength()) {
+    op.tag = (op.tag & 0xffffffffu) | (uint64_t{op.length} << kLengthShift);
+  }
+  abi::Result result = comm_.device().post(op);
+  if (result != abi::kSuccess) fail(op, FI_EIO, "writing it again could not be posted");
+}
+
+// The buffer ended at the receiver (the original landed): the share is done. Counted for the
+// close by nobody (the receiver counted what landed; the failed write was not ours to count).
+void SendRecovery::settle(core::Operation& op) {
+  uint64_t share = op.transferred + op.length + op.segment.shareLeft;
+  op.segment.shareLeft = 0;
+  op.transferred = share - op.length;
+  op.rail = kMaxRails;  // not a rail: continueWrite counts no write for it
+  comm_.onComplete(op, 0);
+}
+
+void SendRecovery::fail(core::Operation& op, int error, const char* why) {
+  op.segment.resent = 1;  // so that onWriteFailed lets the request fail
+  NNF_INFO(abi::kLogSubsysNet, "comm %u: a write on a failed rail is given up: %s", comm_.id(),
+           why);
+  comm_.onError(op, error, 0, why);
+}
+
+}  // namespace nnf::protocol::rdma

@@ -1,0 +1,87 @@
+// The sender's side of rail recovery (docs/failover.md, step 3; the messages in rdma_wire.h). A
+// data write that failed on a rail whose path broke (the device has taken the rail down) is not
+// the request's failure while another rail of the comm is up: the share it belonged to is in
+// doubt (the write may have landed, its acknowledgement lost). The sender asks the receiver
+// about it, one question at a time, and on the answer either writes the share again, whole, on
+// a rail that is up, or (the buffer ended: the original landed) counts it done. A share that
+// fails again after it was written again fails its request.
+//
+// Why nothing is counted twice: the receiver forgets what landed of that rail's share before it
+// answers, and ignores that rail for the buffer from then on, so only the share written again
+// counts; its slot cannot serve another group meanwhile (the buffer waits for the share), and
+// the question names the buffer by the (tag, sequence number) of its descriptor, so a question
+// about a buffer that ended is never taken for a later group's. What it relies on from efa: a
+// write that completed with an error lands nothing after that error (only a real NIC can show
+// it; docs/failover.md, "The fence").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/operation.h"
+#include "core/send_comm.h"
+#include "protocol/rdma_arena_slot.h"
+#include "protocol/rdma_device.h"
+#include "protocol/rdma_wire.h"
+#include "protocol/state_machine.h"
+
+namespace nnf::protocol::rdma {
+
+enum class ShareDoubt : uint8_t {
+  kUnresolved,  // failed; waits for its turn to be asked about
+  kAsked,       // the question is with the receiver
+};
+constexpr size_t kShareDoubts = 2;
+
+inline const char* stateName(ShareDoubt state) {
+  return state == ShareDoubt::kUnresolved ? "unresolved" : "asked";
+}
+
+class SendRecovery {
+ public:
+  SendRecovery(core::SendComm& comm, const RdmaDevice& rdma, const ArenaSlot& ring);
+  SendRecovery(const SendRecovery&) = delete;
+  SendRecovery& operator=(const SendRecovery&) = delete;
+
+  // `op`, a segment of a request's data write, failed with `error`: true when its share is in
+  // doubt and taken over (the request stays pending); false when the request fails.
+  bool onWriteFailed(core::Operation& op, int error);
+  // The receiver's RailAnswer.
+  void onMessage(const uint8_t* data, size_t length);
+  // True when `op` was our question (its send ended; a failed send fails the share's request).
+  bool onOwnCompletion(core::Operation& op, int error);
+  bool questionPending() const { return question_.inFlight || question_.queued; }
+  // The request is given up (it failed, or its comm goes): its shares leave the list.
+  void forget(const core::Request& request);
+
+ private:
+  struct Doubt {
+    core::Operation* op;
+    ShareDoubt state;
+  };
+  static constexpr size_t kCapacity = kSlots * kMaxRails;  // a share per rail, per request
+  void askNext();
+  void writeAgain(core::Operation& op);
+  void settle(core::Operation& op);
+  void fail(core::Operation& op, int error, const char* why);
+  void remove(size_t index);
+  static void to(Doubt& doubt, ShareDoubt next) {
+    static constexpr Transitions<ShareDoubt, kShareDoubts> kAllowed{
+        {ShareDoubt::kUnresolved, ShareDoubt::kAsked},
+    };
+    checkTransition(kAllowed, "share in doubt", doubt.state, next);
+    doubt.state = next;
+  }
+
+  core::SendComm& comm_;
+  const RdmaDevice& rdma_;
+  const ArenaSlot& ring_;  // the descriptors (their keys on every rail), our question's staging
+  std::unique_ptr<Doubt[]> doubts_;  // allocated at the first failure
+  size_t count_ = 0;
+  bool awaitingAnswer_ = false;
+  size_t nextRail_ = 0;  // rails that are up take the shares written again in turn
+  core::Operation question_;
+};
+
+}  // namespace nnf::protocol::rdma

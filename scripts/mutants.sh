@@ -265,10 +265,26 @@ table() {
   mutant rail-down-kept-softefa src/core/rail_health.h \
     '    if (mask == 0) mask = (1u << rails) - 1;' '    mask = (1u << rails) - 1;' \
     multirail_test 'Multirail.ARailWhosePathBreaks*' NNF_TEST_PROVIDER=softefa+rdma+2rails
+  # Rail recovery (issue 27, docs/failover.md step 3): a share in doubt is written again when
+  # the receiver forgot it; the receiver forgets what landed of it and ignores late originals
+  # (the fake fabric's failed rail lands one failed write in four all the same).
+  mutant recovery-share-dropped src/protocol/rdma_send_recovery.cc \
+    '    if (answer.resend != 0) {' '    if (false) {' \
+    rdma_protocol_test,multirail_test 'RdmaFailover*:Multirail.ARailWhosePathBreaks*' \
+    NNF_TEST_PROVIDER=softefa+rdma+2rails
+  mutant recovery-late-original-counted src/protocol/rdma_slot_progress.h \
+    '    if ((buffer.ignoredRails >> rail & 1u) != 0) return SegmentOutcome::kPending;' '' \
+    rdma_protocol_test 'RdmaFailover*' -
+  mutant recovery-landed-kept src/protocol/rdma_slot_progress.h \
+    '    buffer.seen = static_cast<uint8_t>(buffer.seen - landed);' '' \
+    rdma_protocol_test 'RdmaFailover*' -
+  mutant recovery-ended-buffer-reset src/protocol/rdma_recv_recovery.cc \
+    'described.seq == static_cast<uint16_t>(query.seq) &&' '' \
+    rdma_protocol_test 'RdmaFailover*' -
   # A small message injected on a comm of several rails: efa reports a failed inject with no
   # context, and the message would be lost unseen (its send done, its receive waiting forever).
   mutant rail-inject-multirail src/protocol/rdma_striping.cc \
-    '                comm_.rails() == 1;' '                true;' \
+    'hostBuffer && comm_.rails() == 1;' 'hostBuffer;' \
     multirail_test 'Multirail.ARailWhosePathBreaks*' NNF_TEST_PROVIDER=softefa+rdma+2rails
 }
 

@@ -154,6 +154,15 @@ void FakeEngine::remoteWrite(size_t rail, uint64_t data, size_t length) {
   cq_.push_back(completion);
 }
 
+void FakeEngine::remoteWriteLater(size_t rail, uint64_t data, size_t length, uint32_t progresses) {
+  Completion completion;
+  completion.kind = Completion::Kind::kRemote;
+  completion.rail = static_cast<uint8_t>(rail);
+  completion.data = data;
+  completion.length = length;
+  later_.push_back(Later{completion, progresses});
+}
+
 void FakeEngine::releaseHeld() {
   // Held posts wait a few progress calls, then go, in order, with everything held behind them.
   for (core::OpQueue* held : {&heldRx_, &heldTx_}) {
@@ -172,6 +181,15 @@ uint64_t FakeEngine::nowNs() const {
 abi::Result FakeEngine::progress(core::EngineEvents& events) {
   fabric_.tick(*this);
   releaseHeld();
+  for (size_t i = 0; i < later_.size();) {
+    if (--later_[i].progresses != 0) {
+      ++i;
+      continue;
+    }
+    cq_.push_back(later_[i].completion);
+    later_[i] = later_.back();
+    later_.pop_back();
+  }
   // Indexed from a member: a completion's owner may post (appending here) or progress again
   // (going on from where this call is).
   while (head_ < cq_.size()) {
@@ -185,6 +203,8 @@ abi::Result FakeEngine::progress(core::EngineEvents& events) {
     if (completion.error == 0) {
       op.owner->onComplete(op, completion.length);
     } else {
+      // As the real engine: the device judges the rail before the owner hears of it.
+      events.onTransferError(op.rail, op, completion.error, fi_strerror(completion.error));
       op.owner->onError(op, completion.error, completion.overflow, fi_strerror(completion.error));
     }
   }

@@ -58,6 +58,11 @@ class FakeEngine final : public core::OperationEngine {
   // Queues a completion for the device to read at its next progress().
   void complete(core::Operation* op, size_t length, int error, size_t overflow);
   void remoteWrite(size_t rail, uint64_t data, size_t length);
+  // The same, read only at this engine's `progresses`-th progress from now: as a real device
+  // reads its rails' queues one after the other, a write landed on one rail may be read after a
+  // message that arrived later on another (the fabric uses it for writes landed on a rail that
+  // failed).
+  void remoteWriteLater(size_t rail, uint64_t data, size_t length, uint32_t progresses);
 
  private:
   struct Completion {
@@ -84,6 +89,11 @@ class FakeEngine final : public core::OperationEngine {
   std::vector<core::Operation*> untagged_;    // posted untagged receives, in order
   std::vector<Completion> cq_;
   size_t head_ = 0;  // the next completion progress() reads
+  struct Later {
+    Completion completion;
+    uint32_t progresses;
+  };
+  std::vector<Later> later_;  // remoteWriteLater's, until they are due
   core::OpQueue heldRx_;
   core::OpQueue heldTx_;
 };

@@ -215,6 +215,17 @@ void FakeFabric::land(uint32_t index) {
     transfer.delivered = true;
     return;
   }
+  if (downRails_ != 0 && transfer.owes && transfer.kind != Kind::kRead &&
+      ((downRails_ >> transfer.sourceRail | downRails_ >> transfer.targetRail) & 1u) != 0) {
+    transfer.failed = true;
+    ++stats_.failed;
+    if (landedOneIn_ == 0 || random_() % landedOneIn_ != 0) {
+      transfer.delivered = true;  // lands nowhere
+      if (!transfer.scheduled) scheduleCompletion(index);
+      return;
+    }
+    ++stats_.failedLanded;  // lands, and its acknowledgement is lost
+  }
   Lane& lane = lanes_[laneKey(transfer)];
   if (transfer.postOrder < lane.lastLandedPost) {
     ++stats_.reordered;
@@ -238,7 +249,10 @@ void FakeFabric::land(uint32_t index) {
 
 void FakeFabric::finish(uint32_t index) {
   Transfer& transfer = transfers_[index];
-  if (!transfer.dead) transfer.source->complete(transfer.op, transfer.length, 0, 0);
+  if (!transfer.dead) {
+    transfer.source->complete(transfer.op, transfer.length, transfer.failed ? FI_ECONNABORTED : 0,
+                              0);
+  }
   transfer.owes = false;
   transfer.op = nullptr;  // the owner may reuse its buffer: the bytes landed or were staged
 }
@@ -268,6 +282,14 @@ void FakeFabric::landWrite(Transfer& transfer) {
   }
   uint64_t data = transfer.data & immediateMask(target.immediateBytes());
   if (writeObserver_) writeObserver_(data, transfer.length);
+  if (transfer.failed) {
+    // Landed on a failed rail, its acknowledgement lost: the target may read it after the
+    // sender's question about it, which came on the leader and was read first in the same
+    // progress call (FabricEngine reads the leader last; a write that lands just after its
+    // rail was read is read at the next call).
+    target.remoteWriteLater(transfer.targetRail, data, transfer.length, 1);
+    return;
+  }
   target.remoteWrite(transfer.targetRail, data, transfer.length);
 }
 

@@ -19,7 +19,12 @@
 //   - some posts are held back as by a full provider queue (FakeFabricOptions::holdOneIn) and
 //     posted later in order (op.queued meanwhile, as with the real engine);
 //   - optionally every post and inject leaves only at its source's next progress (tcp, efa:
-//     FakeFabricOptions::departWithSourceProgress).
+//     FakeFabricOptions::departWithSourceProgress);
+//   - a rail may fail (FakeFabric::failRail, on every device at once, as a NIC plane): what lands
+//     from then on over it does not land (or, one in `landedOneIn`, lands with its acknowledgement
+//     lost, and the target reads it at its next progress, after what is queued already: after a
+//     message that came later on the leader) and completes with efa's FI_ECONNABORTED, as SRD
+//     reports an unresponsive remote.
 // A tick is one progress() call of any engine on the fabric: landings need no progress of the
 // target (as on an RDMA NIC); its completions wait in its queue until it progresses. Every misuse
 // detected (an unknown key, a range outside its registration, a missing descriptor where the
@@ -51,7 +56,8 @@ struct FakeFabricOptions {
   uint32_t holdOneIn = 0;             // posts held back as by a full queue (0: never)
   // Every post and inject leaves its source only at the source engine's next progress, as tcp
   // queues one behind a send the socket has not taken and efa sends again one the target had no
-  // buffer for (RNR): a sender that is never progressed again keeps it (what the device's keeper must cover).
+  // buffer for (RNR): a sender that is never progressed again keeps it (what the device's keeper
+  // must cover).
   bool departWithSourceProgress = false;
   // The fabric's clock (FakeEngine::nowNs, what the protocols' quiet times and late descriptions
   // read): every tick moves it 1..tickNs; one tick in pauseOneIn moves it pauseNs..2 * pauseNs
@@ -72,9 +78,11 @@ struct FakeStats {
   uint64_t early = 0;      // local completions before the data landed
   uint64_t reordered = 0;  // deliveries that overtook an earlier post on the same rails
   uint64_t cancelled = 0;
-  uint64_t truncated = 0;  // messages longer than their receive
-  uint64_t pauses = 0;     // ticks that moved the clock by a pause
+  uint64_t truncated = 0;     // messages longer than their receive
+  uint64_t pauses = 0;        // ticks that moved the clock by a pause
   uint64_t departedLate = 0;  // transfers that waited for their source's progress to leave
+  uint64_t failed = 0;        // transfers failed by a rail that went down (failRail)
+  uint64_t failedLanded = 0;  // of those, the ones that landed all the same
 };
 
 class FakeFabric;
@@ -123,6 +131,13 @@ class FakeFabric {
   // While set, every progress of engine `id` first runs `pump` once (never nested): a test that
   // blocks in one device (a close) lets the other device's own threads run meanwhile.
   void setPump(size_t id, std::function<void()> pump) { pumps_.at(id) = std::move(pump); }
+  // Rail `rail` of every device goes down: posted transfers that land from now on over it (from
+  // or to it) fail; one in `landedOneIn` lands all the same (0: none), its failure reported.
+  // Injects and reads are left alone (a test fails rails that carry only posted writes).
+  void failRail(size_t rail, uint32_t landedOneIn) {
+    downRails_ |= 1u << rail;
+    landedOneIn_ = landedOneIn;
+  }
 
   // --- for the engines ---
 
@@ -156,6 +171,7 @@ class FakeFabric {
     bool owes = false;       // a local completion is owed to `op` and not queued yet
     bool scheduled = false;  // that completion has its event
     bool dead = false;       // its source or target went: dropped, never touched again
+    bool failed = false;     // a rail it took went down before it landed (failRail)
     uint32_t events = 0;     // its events still in the queue
     uint64_t postOrder = 0;  // when it was posted (or injected), fabric-wide
     uint8_t sourceRail = 0;
@@ -221,6 +237,8 @@ class FakeFabric {
   std::vector<std::function<void()>> pumps_;
   bool pumping_ = false;
   std::function<void(uint64_t, size_t)> writeObserver_;
+  uint32_t downRails_ = 0;  // bit r: rail r failed (failRail)
+  uint32_t landedOneIn_ = 0;
   FakeStats stats_;
 };
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -417,6 +418,36 @@ FakePlugin::Options exploredOptions(const FakeFamily& family) {
   return options;
 }
 
+// Messages that ended (received whole, or truncated) over every pair's traffic.
+uint64_t messagesEnded(const std::vector<std::unique_ptr<Traffic>>& traffic) {
+  uint64_t ended = 0;
+  for (const auto& t : traffic) ended += t->counts().messages + t->counts().truncated;
+  return ended;
+}
+
+// Steps the pairs' traffic, one picked at random each step, until every pair is done, turning
+// the keepers as their threads would; `eachStep` (if set) runs after every step. Fails when no
+// message ended in 2^20 steps.
+void driveTraffic(FakePlugin& fake, const std::vector<std::unique_ptr<Traffic>>& traffic,
+                  std::mt19937_64& pick, const std::function<void()>& eachStep = {}) {
+  uint64_t lastDone = 0;
+  for (uint64_t step = 1;; ++step) {
+    Traffic& one = *traffic[pick() % traffic.size()];
+    if (!one.done()) one.step();
+    fake.turnKeepers();  // where the devices' keeper threads would progress them
+    if (::testing::Test::HasFatalFailure()) return;
+    if (eachStep) eachStep();
+    if (step % (1u << 20) != 0) continue;
+    bool all = true;
+    for (const auto& t : traffic) all = all && t->done();
+    if (all) return;
+    uint64_t doneNow = messagesEnded(traffic);
+    ASSERT_NE(doneNow, lastDone) << "no message ended in 2^20 steps: " << traffic[0]->describe()
+                                 << "; " << traffic[1]->describe();
+    lastDone = doneNow;
+  }
+}
+
 class RdmaOverFakeFabric : public ::testing::TestWithParam<FakeFamily> {};
 
 // 10^6 messages in all (a quarter on each family), mixed sizes, grouped receives, truncating
@@ -445,24 +476,8 @@ TEST_P(RdmaOverFakeFabric, MixedMessagesLandWholeUnderAnyDeliveryOrder) {
           std::make_unique<Traffic>(fake, pairs[i], 100 + i, messages / kPairs, mode.eagerBytes));
     }
     std::mt19937_64 pick(11);
-    uint64_t lastDone = 0;
-    for (uint64_t step = 1;; ++step) {
-      Traffic& one = *traffic[pick() % kPairs];
-      if (!one.done()) one.step();
-      fake.turnKeepers();  // where the devices' keeper threads would progress them
-      if (HasFatalFailure()) return;
-      if (step % (1u << 20) != 0) continue;
-      uint64_t doneNow = 0;
-      bool all = true;
-      for (const auto& t : traffic) {
-        doneNow += t->counts().messages + t->counts().truncated;
-        all = all && t->done();
-      }
-      if (all) break;
-      ASSERT_NE(doneNow, lastDone) << "no message ended in 2^20 steps: " << traffic[0]->describe()
-                                   << "; " << traffic[1]->describe();
-      lastDone = doneNow;
-    }
+    driveTraffic(fake, traffic, pick);
+    if (HasFatalFailure()) return;
     for (const auto& t : traffic) {
       for (uint64_t key : t->sendKeys()) sendKeys.push_back(key);
       for (uint64_t key : t->recvKeys()) recvKeys.push_back(key);
@@ -563,32 +578,13 @@ TEST(RdmaFailoverOverFakeFabric, ARailThatFailsMidRunLosesAndDoublesNothing) {
                                                     /*largePerMille=*/40));
       }
       bool railFailed = false;
-      uint64_t lastDone = 0;
-      for (uint64_t step = 1;; ++step) {
-        Traffic& one = *traffic[pick() % kPairs];
-        if (!one.done()) one.step();
-        fake.turnKeepers();
-        if (HasFatalFailure()) return;
-        if (!railFailed && step % 64 == 0) {
-          uint64_t doneNow = 0;
-          for (const auto& t : traffic) doneNow += t->counts().messages + t->counts().truncated;
-          if (doneNow >= failAt) {
-            fake.fabric().failRail(failing, 4);
-            railFailed = true;
-          }
-        }
-        if (step % (1u << 20) != 0) continue;
-        uint64_t doneNow = 0;
-        bool all = true;
-        for (const auto& t : traffic) {
-          doneNow += t->counts().messages + t->counts().truncated;
-          all = all && t->done();
-        }
-        if (all) break;
-        ASSERT_NE(doneNow, lastDone) << "no message ended in 2^20 steps: " << traffic[0]->describe()
-                                     << "; " << traffic[1]->describe();
-        lastDone = doneNow;
-      }
+      uint64_t step = 0;
+      driveTraffic(fake, traffic, pick, [&] {
+        if (railFailed || ++step % 64 != 0 || messagesEnded(traffic) < failAt) return;
+        fake.fabric().failRail(failing, 4);
+        railFailed = true;
+      });
+      if (HasFatalFailure()) return;
       ASSERT_TRUE(railFailed);
       for (const auto& t : traffic) {
         total.messages += t->counts().messages;

@@ -37,11 +37,13 @@ Device::Device(int index, const DeviceSpec& spec, std::unique_ptr<DeviceRails> r
       rails_(std::move(rails)),
       engine_(&rails_->engine()),
       railCount_(rails_->railCount()),
-      railHealth_(railCount_),
+      railHealth_(railCount_,
+                  static_cast<uint64_t>(config.integer(config::Param::kRailProbeMs)) * 1000000),
       provider_(rails_->rail(0).info()->fabric_attr->prov_name),
       properties_(spec.properties),
       railNames_(spec.railNames),
       gpus_(spec.gpus) {
+  fullSpeedMbps_ = properties_.speedMbps;
   adoptRailVerdict(spec);
   protocol_ = protocols.create(*this, spec, *this);
 
@@ -133,6 +135,17 @@ void Device::registerHostBuffers() {
       throw std::runtime_error("cannot insert our own address for GPUDirect flushes");
     }
   }
+  if (railCount_ > 1 && config_.integer(config::Param::kRailProbeMs) > 0) {
+    bool reads = true;
+    for (size_t r = 0; r < railCount_; ++r) reads &= (rail(r).info()->caps & FI_READ) != 0;
+    if (reads) {
+      railProbe_ = std::make_unique<RailProbe>(*this);
+    } else {
+      NNF_INFO(abi::kLogSubsysInit,
+               "%s: a rail that fails stays down: its provider offers no RMA read to probe it",
+               properties_.name.c_str());
+    }
+  }
 }
 
 void Device::limitMessageBytes(size_t bytes) {
@@ -145,6 +158,7 @@ Device::~Device() {
   for (auto& entry : comms_) entry.second->releaseRegistrations();
   // Close the endpoint before the comms whose operations it may still reference.
   if (flushWordHandle_ != nullptr) memory_->deregister(flushWordHandle_);
+  if (railProbe_ != nullptr) railProbe_->deregister();
   if (scratchHandle_ != nullptr) memory_->deregister(scratchHandle_);
   controlArena_->deregisterAll();
   protocol_->releaseDevice();
@@ -173,22 +187,32 @@ const char* Device::railName(size_t rail) const {
 
 void Device::onTransferError(size_t rail, const Operation& op, int error, const char* text) {
   // Our own cancellations (closes) and a single-rail device's failures say nothing new: its
-  // comms report them.
+  // comms report them. A probe's failure is its answer (onProbeEnded).
   if (railCount_ < 2 || error == FI_ECANCELED || rail >= railCount_) return;
+  if (railProbe_ != nullptr && railProbe_->owns(op)) return;
   bool detail = text != nullptr && *text != '\0' && strcmp(text, fi_strerror(error)) != 0;
-  if (RailHealth::isPathFailure(error) && railHealth_.markDown(rail)) {
+  if (RailHealth::isPathFailure(error) && railHealth_.markDown(rail, nowNs())) {
     railErrorsReported_ |= 1u << rail;
     size_t carrying = railHealth_.upCount();
     // NCCL reads the speed when it builds a communicator: later ones see the rails left.
-    properties_.speedMbps =
-        static_cast<int>(int64_t{properties_.speedMbps} * static_cast<int64_t>(carrying) /
-                         static_cast<int64_t>(carrying + 1));
-    NNF_WARN(
-        "device %d: rail %zu (NIC %s) failed a %zu-byte %s: %s%s%s%s; its path is broken: this "
-        "device moves data on %zu of %zu rails from now on, and what was in flight on it goes "
-        "again on the others (rdma)",
-        index_, rail, railName(rail), op.length, opTypeName(op.type), fi_strerror(error),
-        detail ? " (" : "", detail ? text : "", detail ? ")" : "", carrying, railCount_);
+    properties_.speedMbps = speedWith(carrying);
+    // The keeper probes the rail from now on, whether or not the application calls.
+    if (railProbe_ != nullptr && keeper_ != nullptr) keeper_->wake();
+    if (railHealth_.failures(rail) == 1) {
+      NNF_WARN(
+          "device %d: rail %zu (NIC %s) failed a %zu-byte %s: %s%s%s%s; its path is broken: this "
+          "device moves data on %zu of %zu rails from now on, and what was in flight on it goes "
+          "again on the others (rdma)%s",
+          index_, rail, railName(rail), op.length, opTypeName(op.type), fi_strerror(error),
+          detail ? " (" : "", detail ? text : "", detail ? ")" : "", carrying, railCount_,
+          railProbe_ != nullptr ? "; it is probed and rejoins when it works again" : "");
+    } else {
+      NNF_INFO(abi::kLogSubsysNet,
+               "device %d: rail %zu (NIC %s) failed again (%u times now): %s%s%s%s; %zu of %zu "
+               "rails carry data",
+               index_, rail, railName(rail), railHealth_.failures(rail), fi_strerror(error),
+               detail ? " (" : "", detail ? text : "", detail ? ")" : "", carrying, railCount_);
+    }
     return;
   }
   if ((railErrorsReported_ & (1u << rail)) != 0) return;
@@ -198,6 +222,38 @@ void Device::onTransferError(size_t rail, const Operation& op, int error, const 
       "are reported by their comms only",
       index_, rail, railName(rail), op.length, opTypeName(op.type), fi_strerror(error),
       detail ? " (" : "", detail ? text : "", detail ? ")" : "");
+}
+
+int Device::speedWith(size_t rails) const {
+  return static_cast<int>(int64_t{fullSpeedMbps_} * static_cast<int64_t>(rails) /
+                          static_cast<int64_t>(railCount_));
+}
+
+bool Device::probeRails() {
+  if (railProbe_ == nullptr || railHealth_.allUp()) return false;
+  uint64_t now = nowNs();
+  for (int rail = railHealth_.takeDueProbe(now); rail >= 0; rail = railHealth_.takeDueProbe(now)) {
+    if (!railProbe_->post(static_cast<size_t>(rail))) {
+      railHealth_.probeFailed(static_cast<size_t>(rail), now);
+    }
+  }
+  return true;
+}
+
+void Device::onProbeEnded(size_t rail, int error, const char* text) {
+  if (error != 0) {
+    NNF_TRACE("device %d: rail %zu (NIC %s) probe failed: %s (%s)", index_, rail, railName(rail),
+              fi_strerror(error), text != nullptr ? text : "");
+    railHealth_.probeFailed(rail, nowNs());
+    return;
+  }
+  railHealth_.probeSucceeded(rail, nowNs());
+  size_t carrying = railHealth_.upCount();
+  properties_.speedMbps = speedWith(carrying);
+  NNF_INFO(abi::kLogSubsysNet,
+           "device %d: rail %zu (NIC %s) works again (a read through it succeeded): it carries "
+           "new messages from now on; %zu of %zu rails carry data",
+           index_, rail, railName(rail), carrying, railCount_);
 }
 
 bool Device::startControl() {

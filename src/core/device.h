@@ -28,6 +28,7 @@
 #include "core/progress_keeper.h"
 #include "core/protocol.h"
 #include "core/rail_health.h"
+#include "core/rail_probe.h"
 #include "core/remote_writes.h"
 #include "core/scratch_area.h"
 #include "fabric/domain_lock.h"
@@ -192,6 +193,11 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   uint64_t handedOverCount() const { return handedOver_; }
   bool engineHoldsWaiting() const { return engine_->holdsWaiting(); }
   void keeperWentIdle() { keeperArmed_ = false; }
+  // For the keeper: posts the probes of down rails that are due; true while a rail is down and
+  // will be probed (the keeper keeps turning for it).
+  bool probeRails();
+  // A rail probe ended (RailProbe): error 0, the rail rejoins; else it stays down.
+  void onProbeEnded(size_t rail, int error, const char* text);
   // Comms the device holds, open or closing.
   size_t commCount() const { return comms_.size(); }
   ControlChannel& controlChannel() { return *controlChannel_; }
@@ -227,6 +233,8 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   bool onRemoteWriteError(uint64_t data, const char* why) override;
   void onTransferError(size_t rail, const Operation& op, int error, const char* text) override;
   const char* railName(size_t rail) const;
+  // The device's speed over `rails` of its rails (NCCL reads it for each new communicator).
+  int speedWith(size_t rails) const;
   // The constructor's steps: what the rails' opening refused narrows the device; the scratch
   // area for receives the provider must not truncate; the host buffers it registers.
   void adoptRailVerdict(const DeviceSpec& spec);
@@ -247,6 +255,7 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   OperationEngine* engine_;  // rails_'s
   size_t railCount_;
   RailHealth railHealth_;
+  int fullSpeedMbps_ = 0;            // the speed with every rail up
   uint32_t railErrorsReported_ = 0;  // bit r: rail r's first failure was named (one WARN a rail)
   std::string provider_;
   bool localOnly_ = false;
@@ -270,6 +279,7 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   memory::FlushSetting flushSetting_;
   uint64_t flushWord_ = 0;
   MemoryHandle* flushWordHandle_ = nullptr;
+  std::unique_ptr<RailProbe> railProbe_;  // null: a rail that goes down stays down
   fi_addr_t selfAddress_ = FI_ADDR_UNSPEC;
   DeviceProperties properties_;
   std::vector<std::string> railNames_;

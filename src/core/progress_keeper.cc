@@ -102,7 +102,9 @@ void ProgressKeeper::turn() {
   // drained; what keeps it going regardless: comms still closing, operations waiting for room.
   uint64_t activity =
       device.handedOverCount() + device.drains().discarded() + device.closingCount();
-  bool needed = device.closingCount() > 0 || device.engineHoldsWaiting();
+  // A rail that is down is probed from here (its probe, when due, is posted now).
+  bool probing = device.probeRails();
+  bool needed = device.closingCount() > 0 || device.engineHoldsWaiting() || probing;
   bool renewed = activity != seenActivity_ || needed;
   seenActivity_ = activity;
   uint64_t now = device.nowNs();

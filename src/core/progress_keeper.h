@@ -10,7 +10,8 @@
 //   - tcp and efa may keep a post or an inject until the endpoint is progressed again (behind a
 //     send the socket has not taken; a packet the target had no buffer for, RNR, which efa sends
 //     again), and an injected send is done for NCCL at once: its receiver would wait until this
-//     device's next call.
+//     device's next call;
+//   - a rail that went down is probed until it works again (Device::probeRails), whoever calls.
 // So the device wakes its keeper on a close, on such a debt, and on the first operation it hands
 // the engine after the keeper went idle; the keeper's thread then progresses the device in every
 // millisecond in which no other thread did, until nothing is closing or waiting in the engine and

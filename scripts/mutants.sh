@@ -270,17 +270,24 @@ table() {
   # (the fake fabric's failed rail lands one failed write in four all the same).
   mutant recovery-share-dropped src/protocol/rdma_send_recovery.cc \
     '    if (answer.resend != 0) {' '    if (false) {' \
-    rdma_protocol_test,multirail_test 'RdmaFailover*:Multirail.ARailWhosePathBreaks*' \
+    rdma_failover_test,multirail_test 'RdmaFailover*:Multirail.ARailWhosePathBreaks*' \
     NNF_TEST_PROVIDER=softefa+rdma+2rails
   mutant recovery-late-original-counted src/protocol/rdma_slot_progress.h \
     '    if ((buffer.ignoredRails >> rail & 1u) != 0) return SegmentOutcome::kPending;' '' \
-    rdma_protocol_test 'RdmaFailover*' -
+    rdma_failover_test 'RdmaFailover*' -
   mutant recovery-landed-kept src/protocol/rdma_slot_progress.h \
     '    buffer.seen = static_cast<uint8_t>(buffer.seen - landed);' '' \
-    rdma_protocol_test 'RdmaFailover*' -
+    rdma_failover_test 'RdmaFailover*' -
   mutant recovery-ended-buffer-reset src/protocol/rdma_recv_recovery.cc \
     'described.seq == static_cast<uint16_t>(query.seq) &&' '' \
-    rdma_protocol_test 'RdmaFailover*' -
+    rdma_failover_test 'RdmaFailover*' -
+  # Rail rejoin (issue 27): a down rail is probed and carries data again once a probe succeeds.
+  mutant rail-never-probed src/core/rail_health.cc \
+    '  if (probeIntervalNs_ == 0 || allUp()) return -1;' '  return -1;' \
+    rdma_failover_test 'RdmaFailover*ComesBack*' -
+  mutant rail-probe-error-ignored src/core/device.cc \
+    '  if (error != 0) {' '  if (false) {' \
+    rdma_failover_test 'RdmaFailover*ComesBack*' -
   # A small message injected on a comm of several rails: efa reports a failed inject with no
   # context, and the message would be lost unseen (its send done, its receive waiting forever).
   mutant rail-inject-multirail src/protocol/rdma_striping.cc \

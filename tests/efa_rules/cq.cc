@@ -69,6 +69,7 @@ void noteOrder(const Cq* cq, size_t pick) {
 // Moves everything the base has into `pending`; remembers a base error entry for readerr.
 int drain(Cq* cq) {
   if (cq->baseError) return 0;
+  refreshLinks();
   fi_cq_tagged_entry batch[kDrainBatch];
   fi_addr_t sources[kDrainBatch];
   for (;;) {

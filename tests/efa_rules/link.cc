@@ -358,6 +358,11 @@ bool linksControlled() {
   return Links::get().controlled();
 }
 
+void refreshLinks() {
+  Links& links = Links::get();
+  if (links.controlled()) links.mask();
+}
+
 bool failedByLink(Ep* ep, const Post& post) {
   Links& links = Links::get();
   if (!links.active() || !isTransmit(post)) return false;

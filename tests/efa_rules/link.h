@@ -35,6 +35,10 @@ uint32_t parseDownNics(const std::string& text);
 
 // Whether this process has any link control (read once, at the first call).
 bool linksControlled();
+// Brings this process's view of its links up to date (the file read at most every millisecond)
+// and publishes it: called where completions are read, so that a process that only waits for
+// data still sees a link mended or broken, as a NIC's link does not wait for its host to send.
+void refreshLinks();
 
 // EFA's errors for an operation that meets a down link (efa_errno.h in libfabric 2.1): the
 // device's "unresponsive remote" promoted by the provider where the peer's handshake had come,

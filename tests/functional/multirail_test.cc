@@ -506,6 +506,21 @@ void breakLinkOfNic1(const std::string& control) {
   ASSERT_EQ(std::rename((control + ".new").c_str(), control.c_str()), 0);
 }
 
+// Mends NIC 1's link again (an empty control file: no NIC is down).
+void mendLinkOfNic1(const std::string& control) {
+  FILE* file = std::fopen((control + ".new").c_str(), "w");
+  ASSERT_NE(file, nullptr);
+  ASSERT_EQ(std::fclose(file), 0);
+  ASSERT_EQ(std::rename((control + ".new").c_str(), control.c_str()), 0);
+}
+
+// INFO lines of this process that contain `text`.
+int infoLinesWith(Peer& peer, const std::string& text) {
+  int count = 0;
+  for (const std::string& line : peer.infoTexts()) count += line.find(text) != std::string::npos;
+  return count;
+}
+
 // What the plugin said of rail 1's failure: the device names it once and the rails left, no comm
 // reports a failed write, and the receiver wrote no share again unasked.
 void expectOneRailWarning(Peer& peer) {
@@ -607,6 +622,109 @@ TEST(Multirail, ARailWhosePathBreaksIsLeftOutAndNoMessageIsLost) {
     }
     // The message in flight when the link broke, and no later one: they left the rail out.
     EXPECT_EQ(sharesWrittenAgain(peer), 1);
+    dereg(peer, comm, mh);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 180);
+  std::remove(control.c_str());
+}
+
+// A NIC whose link breaks and is mended (issue 27: "a restored rail carries data again within
+// 5 s"). While it is down the device probes it (an RMA read through it, every
+// NCCL_FABRIC_RAIL_PROBE_MS: 1 s); once the link works the next probe succeeds, the device says
+// so in one INFO line, reports the full speed again, and new messages are striped over it again
+// (the stand-in counts its bytes; on the software device a second break of the link shows it:
+// a share that was on it fails and goes again, "failed again"). Every message verified, one WARN.
+TEST(Multirail, ARailWhoseLinkIsMendedCarriesDataAgain) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  if (testRails() != 2) GTEST_SKIP() << "written for two rails";
+  constexpr int kBroken = 7;        // messages before the link breaks
+  constexpr int kMended = 12;       // messages before it is mended
+  constexpr int kBrokenAgain = 18;  // messages before it breaks again
+  constexpr int kMessages = 21;
+  constexpr int kStriped = 1 << 20;
+  const int kSizes[3] = {64 << 10, 1024, kStriped};
+  auto sizeOf = [&](int i) { return i < kMended ? kSizes[i % 3] : kStriped; };
+  const std::string control = "/tmp/nnf-multirail-mend-" + std::to_string(getpid());
+  std::remove(control.c_str());
+  ScopedEnv env;
+  env.set("NNF_EFA_RULES_FAIL_FILE", control);
+  env.set("NNF_SOFT_EFA_FAIL_FILE", control);
+  const std::string rejoined = "rail 1 (NIC " + efaRulesDomainName(1) + ") works again";
+  const std::string failedAgain = "rail 1 (NIC " + efaRulesDomainName(1) + ") failed again";
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer buffer(size_t{1} << 20);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    std::map<std::string, uint64_t> beforeMended;
+    for (int i = 0; i < kMessages; ++i) {
+      if (i == kBroken || i == kBrokenAgain) {
+        ASSERT_NO_FATAL_FAILURE(breakLinkOfNic1(control));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (i == kMended) {
+        ASSERT_NO_FATAL_FAILURE(mendLinkOfNic1(control));
+        auto mended = std::chrono::steady_clock::now();
+        // The device's own thread probes: nobody needs to call the plugin meanwhile.
+        while (infoLinesWith(peer, rejoined) == 0 &&
+               std::chrono::steady_clock::now() - mended < std::chrono::seconds(10)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - mended).count();
+        ASSERT_EQ(infoLinesWith(peer, rejoined), 1) << "not back after " << seconds << " s";
+        EXPECT_LT(seconds, 5.0) << "the mended rail took long to rejoin";
+        std::printf("[ mended  ] rail 1 rejoined %.2f s after its link was mended\n", seconds);
+        abi::PropertiesV8 now{};
+        ASSERT_EQ(peer.net->getProperties(peer.dev, &now), abi::kSuccess);
+        EXPECT_EQ(now.speed, peer.props.speed) << "the full speed is reported again";
+        if (!onSoftEfa()) beforeMended = carriedByRail();
+      }
+      if (i == kBrokenAgain && !onSoftEfa()) {
+        std::map<std::string, uint64_t> after = carriedByRail();
+        EXPECT_TRUE(
+            everyRailCarried(beforeMended, after, uint64_t{kStriped} * (kBrokenAgain - kMended)));
+      }
+      fillPattern(buffer.data(), sizeOf(i), i);
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, buffer.data(), sizeOf(i), kTag, mh, &request));
+      Outcome outcome = pollRequest(peer, request, nullptr);
+      ASSERT_FALSE(outcome.timedOut) << "message " << i;
+      EXPECT_EQ(outcome.result, abi::kSuccess) << "message " << i << " failed";
+    }
+    expectOneRailWarning(peer);
+    EXPECT_EQ(infoLinesWith(peer, failedAgain), 1) << "the rail carried nothing after it rejoined";
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    std::vector<size_t> offsets(kMessages + 1, 0);
+    for (int i = 0; i < kMessages; ++i) offsets[i + 1] = offsets[i] + sizeOf(i) + kTail;
+    HostBuffer buffer(offsets[kMessages]);
+    memset(buffer.data(), 0xA5, buffer.size());
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    std::vector<void*> requests(kMessages);
+    for (int i = 0; i < kMessages; ++i) {
+      ASSERT_NO_FATAL_FAILURE(
+          postRecv(peer, comm, buffer.data() + offsets[i], sizeOf(i), kTag, mh, &requests[i]));
+    }
+    std::vector<int> got;
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &got));
+    for (int i = 0; i < kMessages; ++i) {
+      SCOPED_TRACE("message " + std::to_string(i) + " of " + std::to_string(sizeOf(i)) + " B");
+      EXPECT_EQ(got[i], sizeOf(i));
+      EXPECT_TRUE(verifyPattern(buffer.data() + offsets[i], sizeOf(i), i));
+      EXPECT_TRUE(verifySentinel(buffer.data() + offsets[i] + sizeOf(i), kTail));
+    }
+    // One share in flight at each break.
+    EXPECT_EQ(sharesWrittenAgain(peer), 2);
     dereg(peer, comm, mh);
     closeRecv(peer, comm);
     closeListen(peer, listen);

@@ -215,10 +215,11 @@ void FakeFabric::land(uint32_t index) {
     transfer.delivered = true;
     return;
   }
-  if (downRails_ != 0 && transfer.owes && transfer.kind != Kind::kRead &&
+  if (downRails_ != 0 && transfer.owes &&
       ((downRails_ >> transfer.sourceRail | downRails_ >> transfer.targetRail) & 1u) != 0) {
     transfer.failed = true;
     ++stats_.failed;
+    if (transfer.kind == Kind::kRead) ++stats_.failedReads;
     if (landedOneIn_ == 0 || random_() % landedOneIn_ != 0) {
       transfer.delivered = true;  // lands nowhere
       if (!transfer.scheduled) scheduleCompletion(index);
@@ -269,6 +270,11 @@ void FakeFabric::release(uint32_t index) {
 void FakeFabric::landWrite(Transfer& transfer) {
   transfer.delivered = true;
   ++stats_.writes;
+  ++stats_.writesByRail[transfer.sourceRail];
+  if (static_cast<int>(transfer.sourceRail) == restoredRail_ &&
+      stats_.firstWriteAfterRestoreNs == 0) {
+    stats_.firstWriteAfterRestoreNs = clockNs_;
+  }
   FakeEngine& target = *transfer.target;
   if (transfer.length != 0) {
     if (!target.keys().allows(transfer.key, transfer.targetRail, transfer.remoteAddress,

@@ -24,7 +24,8 @@
 //     from then on over it does not land (or, one in `landedOneIn`, lands with its acknowledgement
 //     lost, and the target reads it at its next progress, after what is queued already: after a
 //     message that came later on the leader) and completes with efa's FI_ECONNABORTED, as SRD
-//     reports an unresponsive remote.
+//     reports an unresponsive remote; reads too (the devices' rail probes). It may come back
+//     (FakeFabric::restoreRail).
 // A tick is one progress() call of any engine on the fabric: landings need no progress of the
 // target (as on an RDMA NIC); its completions wait in its queue until it progresses. Every misuse
 // detected (an unknown key, a range outside its registration, a missing descriptor where the
@@ -83,6 +84,10 @@ struct FakeStats {
   uint64_t departedLate = 0;  // transfers that waited for their source's progress to leave
   uint64_t failed = 0;        // transfers failed by a rail that went down (failRail)
   uint64_t failedLanded = 0;  // of those, the ones that landed all the same
+  uint64_t failedReads = 0;   // of those, reads (the devices' rail probes)
+  uint64_t writesByRail[memory::kMaxRails] = {};  // writes landed, by the rail they left on
+  uint64_t restoredAtNs = 0;              // the clock when a rail last came back (restoreRail)
+  uint64_t firstWriteAfterRestoreNs = 0;  // the first write that left on it after that
 };
 
 class FakeFabric;
@@ -133,10 +138,17 @@ class FakeFabric {
   void setPump(size_t id, std::function<void()> pump) { pumps_.at(id) = std::move(pump); }
   // Rail `rail` of every device goes down: posted transfers that land from now on over it (from
   // or to it) fail; one in `landedOneIn` lands all the same (0: none), its failure reported.
-  // Injects and reads are left alone (a test fails rails that carry only posted writes).
+  // Injects are left alone (a test fails rails that carry only posted writes and reads).
   void failRail(size_t rail, uint32_t landedOneIn) {
     downRails_ |= 1u << rail;
     landedOneIn_ = landedOneIn;
+  }
+  // Rail `rail` works again: what lands over it from now on lands.
+  void restoreRail(size_t rail) {
+    downRails_ &= ~(1u << rail);
+    restoredRail_ = static_cast<int>(rail);
+    stats_.restoredAtNs = clockNs_;
+    stats_.firstWriteAfterRestoreNs = 0;
   }
 
   // --- for the engines ---
@@ -238,6 +250,7 @@ class FakeFabric {
   bool pumping_ = false;
   std::function<void(uint64_t, size_t)> writeObserver_;
   uint32_t downRails_ = 0;  // bit r: rail r failed (failRail)
+  int restoredRail_ = -1;   // the rail restoreRail brought back last
   uint32_t landedOneIn_ = 0;
   FakeStats stats_;
 };

@@ -116,6 +116,8 @@ const ShippedDefault kShippedDefaults[] = {
     {Param::kStripeMin, "NCCL_FABRIC_STRIPE_MIN", "262144", 262144},
     // Unset, the provider's rule decides (8 KiB on efa, shm and tcp); the row's default says so.
     {Param::kEagerMax, "NCCL_FABRIC_EAGER_MAX", "8192", 8192},
+    // A failed rail is tried again every second: back within 5 s of its link (issue 27).
+    {Param::kRailProbeMs, "NCCL_FABRIC_RAIL_PROBE_MS", "1000", 1000},
     {Param::kPeerCheckMs, "NCCL_FABRIC_PEER_CHECK_MS", "1000", 1000},
     // Healthy ranks wait for hours (checkpoints, evaluation): no request timeout unless asked.
     {Param::kRequestTimeoutS, "NCCL_FABRIC_REQUEST_TIMEOUT_S", "0", 0},

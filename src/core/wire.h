@@ -13,9 +13,10 @@ namespace nnf::core::wire {
 
 // 2: protocol ids and the rdma ring; 3: rail addresses; 4: the rdma ring's key on every rail
 // (and the rdma eager grant's, protocol/rdma_eager.h); 5: the protocols' own control messages
-// (kProtocol: the rdma protocol's rail recovery) and the rdma arena slot's recovery area. Both
-// ends check it: a peer of another version is refused with a reason naming both versions.
-constexpr uint16_t kVersion = 5;
+// (kProtocol: the rdma protocol's rail recovery) and the rdma arena slot's recovery area; 6: the
+// rdma eager write's immediate carries its generation in the bounce entry. Both ends check it: a
+// peer of another version is refused with a reason naming both versions.
+constexpr uint16_t kVersion = 6;
 constexpr size_t kMaxAddressLength = 96;
 // The rails of a device beyond its leader, as an accept message carries them (EFA addresses
 // are 32 bytes, IPv6 sockaddrs 28).

@@ -45,6 +45,7 @@ namespace nnf::protocol::rdma {
 // window of NCCL's 32 requests, and the credit writes still on their way, fit (16 entries held
 // 4 KiB streams on two busy cores to 1/10 of raw tagged messages, docs/performance.md).
 constexpr uint32_t kEagerEntries = 64;
+static_assert(kEagerEntries <= 64, "the eager write's immediate names its entry in 6 bits");
 // A send goes eagerly only when no descriptor has come for this long: the receiver has gone
 // quiet (busy elsewhere). In a stream an eager message would cross its receive's descriptor
 // (three writes instead of two), and tcp delivers descriptors in bursts with gaps past 50 us:

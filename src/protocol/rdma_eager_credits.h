@@ -20,10 +20,12 @@ class EagerCredits {
     if (delta > kEagerEntries || freed_ + delta > used_) return;  // stale
     freed_ += delta;
   }
-  // The entry of the next eager message, taken; false when every entry is held.
-  bool take(uint32_t* entry) {
+  // The entry of the next eager message, taken, and its generation there (the entry's uses
+  // before it); false when every entry is held.
+  bool take(uint32_t* entry, uint32_t* generation = nullptr) {
     if (!granted_ || used_ - freed_ >= kEagerEntries) return false;
     *entry = static_cast<uint32_t>(used_ % kEagerEntries);
+    if (generation != nullptr) *generation = static_cast<uint32_t>(used_ / kEagerEntries);
     ++used_;
     return true;
   }

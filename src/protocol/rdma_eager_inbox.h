@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "protocol/rdma_eager.h"
+#include "protocol/rdma_wire.h"
 
 namespace nnf::protocol::rdma {
 
@@ -14,6 +15,7 @@ class EagerInbox {
   enum class State : uint8_t { kEmpty, kHeld, kCopying, kFreed };
   struct Entry {
     State state = State::kEmpty;
+    uint8_t generations = 0;  // messages it took so far (modulo 256)
     int32_t tag = 0;
     uint16_t seq = 0;
     uint32_t length = 0;
@@ -22,9 +24,22 @@ class EagerInbox {
   // An eager message landed in `entry`; false when the entry was not free (a broken sender).
   bool land(uint32_t entry, int32_t tag, uint16_t seq, uint32_t length) {
     if (entry >= kEagerEntries || entries_[entry].state != State::kEmpty) return false;
-    entries_[entry] = Entry{State::kHeld, tag, seq, length};
+    Entry& taken = entries_[entry];
+    taken = Entry{State::kHeld, static_cast<uint8_t>(taken.generations + 1), tag, seq, length};
     ++held_;
     return true;
+  }
+  // Whether the message of `generation` (modulo kEagerGenerations, as the immediate carries it)
+  // is the one `entry` takes next. The sender writes generation g + 1 only after the receiver
+  // freed g, so what lands is g + 1 or a second landing of g: never further apart.
+  bool expects(uint32_t entry, uint32_t generation) const {
+    return entry < kEagerEntries &&
+           entries_[entry].generations % kEagerGenerations == generation % kEagerGenerations;
+  }
+  // Whether `entry` took the message of `generation` already (the same bound: it took it, or
+  // it is the next one).
+  bool took(uint32_t entry, uint32_t generation) const {
+    return entry < kEagerEntries && !expects(entry, generation);
   }
   // The held entry of (tag, seq), or kEagerEntries. Receives mostly take eager messages in the
   // order they were written: the entry after the last one found is looked at first, so that

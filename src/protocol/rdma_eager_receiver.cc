@@ -161,8 +161,17 @@ bool EagerReceiver::readHeader(uint32_t entry, const EagerHeader* implied, Eager
   return true;
 }
 
-void EagerReceiver::onLanded(uint32_t entry, const EagerHeader* implied) {
+void EagerReceiver::onLanded(uint32_t entry, const EagerHeader* implied, int generation) {
   if (!bounce_.held() || entry >= kEagerEntries) return;
+  if (generation >= 0 && !inbox_.expects(entry, static_cast<uint32_t>(generation))) {
+    // Its second landing: the sender wrote it again after its rail failed (we had not read the
+    // first yet when it asked). The bytes are the same; the first one counted.
+    NNF_INFO(abi::kLogSubsysNet,
+             "comm %u: an eager message in bounce entry %u landed a second time (written again "
+             "after its rail failed); left alone",
+             comm_.id(), entry);
+    return;
+  }
   EagerHeader header;
   if (!readHeader(entry, implied, &header)) return;
   if (header.length > payload_ || !inbox_.land(entry, header.tag, header.seq, header.length)) {

@@ -51,8 +51,16 @@ class EagerReceiver {
   // Copies the message in bounce `entry` into buffer `index` of `request` (memcpy, or an RDMA
   // read into GPU memory, which completes the buffer later) and frees the entry.
   void deliver(core::Request& request, uint32_t index, uint32_t entry, core::MemoryHandle* handle);
-  // An eager message landed in `entry`; `implied`: its header, where it came without one.
-  void onLanded(uint32_t entry, const EagerHeader* implied = nullptr);
+  // An eager message landed in `entry`; `implied`: its header, where it came without one;
+  // `generation`: its generation in the entry, where the immediate says (kEager; -1: not said).
+  // One whose generation the entry has taken already (written again after its rail failed, the
+  // first write having landed after all) is left alone.
+  void onLanded(uint32_t entry, const EagerHeader* implied = nullptr, int generation = -1);
+  // Whether `entry` took the message of `generation` (modulo 4): the sender's question about an
+  // eager write that failed on a down rail (rdma_recv_recovery.h).
+  bool tookGeneration(uint32_t entry, uint32_t generation) const {
+    return inbox_.took(entry, generation);
+  }
   // The sender's answer to the grant (kEagerLimit): it sends messages up to `maxBytes` eagerly.
   void onLimit(size_t maxBytes);
   // Describes the undescribed receive of `slot` now, with kEagerAhead: the run of undescribed

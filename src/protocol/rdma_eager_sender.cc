@@ -122,8 +122,8 @@ bool EagerSender::send(core::Request& request, int32_t tag, uint16_t seq,
     return false;
   }
   if (!voids_) return false;  // none could be allocated at the grant: no eager sends
-  uint32_t entry;
-  if (!credits_.take(&entry)) return false;
+  uint32_t entry, generation;
+  if (!credits_.take(&entry, &generation)) return false;
   EagerHeader* header = headerStaging(entry);
   *header = EagerHeader{tag, seq, 0, static_cast<uint32_t>(size), 0};
   // The bounce area and our headers' staging are registered on every rail: the messages take
@@ -133,14 +133,16 @@ bool EagerSender::send(core::Request& request, int32_t tag, uint16_t seq,
   op.peer = comm_.peer(rail);
   op.desc = handle != nullptr ? handle->descOn(rail) : nullptr;
   op.length = size;
-  op.segment.shareLeft = 0;  // one segment: nothing to post after it
+  // One segment, nothing to post after it; the message's (tag, sequence number) name it should
+  // its rail fail (rdma_send_recovery.h).
+  op.segment = core::WriteSegment{0, tag, seq, 0};
   op.transferred = 0;
   op.header = header;
   op.headerDesc = ring_->descOf(rail);
   op.headerLength = sizeof(EagerHeader);
   op.remoteAddress = grant_.address + bounceEntryOffset(entry, grant_.payload);
   op.remoteKey = grant_.keys[rail];
-  op.tag = encodeEager(comm_.remoteId(), entry);
+  op.tag = encodeEager(comm_.remoteId(), entry, generation);
   request.count = 1;
   request.remaining = 0;
   // Inline only on a comm of one rail: efa reports a failed inject without its context, so a

@@ -25,7 +25,7 @@ Receiver::Receiver(core::RecvComm& comm, RdmaDevice& rdma)
       slots_(comm, staging_, ring_),
       close_(comm, staging_),
       eager_(comm, rdma, staging_, ring_, slots_, close_),
-      recovery_(comm, staging_, slots_) {}
+      recovery_(comm, staging_, slots_, eager_) {}
 
 bool Receiver::start(const ConnectInfo& info) {
   if (!staging_.acquire()) return false;
@@ -179,7 +179,7 @@ bool Receiver::onWrite(size_t rail, const Immediate& imm, size_t length) {
       return true;
     }
     case ImmKind::kEager:
-      eager_.onLanded(imm.slot);
+      eager_.onLanded(imm.slot, nullptr, static_cast<int>(imm.count));
       return true;
     case ImmKind::kVoid:
       slots_.onVoid(imm.slot, imm.index);

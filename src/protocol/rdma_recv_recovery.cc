@@ -8,8 +8,9 @@
 
 namespace nnf::protocol::rdma {
 
-RecvRecovery::RecvRecovery(core::RecvComm& comm, const ArenaSlot& staging, RecvSlots& slots)
-    : comm_(comm), staging_(staging), slots_(slots) {
+RecvRecovery::RecvRecovery(core::RecvComm& comm, const ArenaSlot& staging, RecvSlots& slots,
+                           const EagerReceiver& eager)
+    : comm_(comm), staging_(staging), slots_(slots), eager_(eager) {
   answer_.owner = &comm;
 }
 
@@ -17,7 +18,10 @@ void RecvRecovery::onMessage(const uint8_t* data, size_t length) {
   RailQuery query;
   if (length < sizeof(query)) return;
   memcpy(&query, data, sizeof(query));
-  if (query.kind != static_cast<uint32_t>(RecoveryKind::kQuery)) return;
+  if (query.kind != static_cast<uint32_t>(RecoveryKind::kQuery) &&
+      query.kind != static_cast<uint32_t>(RecoveryKind::kEagerQuery)) {
+    return;
+  }
   if (answerPending()) {
     waiting_ = query;
     hasWaiting_ = true;
@@ -35,28 +39,48 @@ bool RecvRecovery::onOwnCompletion(core::Operation& op) {
   return true;
 }
 
-void RecvRecovery::answer(const RailQuery& query) {
+bool RecvRecovery::waitsForData(const RailQuery& query) {
   // The buffer the sender wrote into is the one its descriptor named only while the slot still
   // serves that group: (tag, sequence number) tell a later group in the same slot apart, which
   // the slot can only serve once this buffer ended (its original landed after all).
-  bool resend = false;
-  if (query.slot < kSlots && query.index < kGroup && slots_.requestAt(query.slot) != nullptr) {
-    const BufferDescriptor& described = slots_.entries(query.slot)[query.index];
-    SlotProgress& progress = slots_.progress(query.slot);
-    resend = query.index < progress.groupSize() && described.tag == query.tag &&
-             described.seq == static_cast<uint16_t>(query.seq) &&
-             progress.resetRail(query.index, query.rail, query.shareBytes, query.segmentBytes);
+  if (query.slot >= kSlots || query.index >= kGroup || slots_.requestAt(query.slot) == nullptr) {
+    return false;
   }
-  RailAnswer answer{static_cast<uint32_t>(RecoveryKind::kAnswer),
-                    query.slot,
-                    query.index,
-                    query.rail,
-                    resend ? 1u : 0u,
-                    0};
-  NNF_INFO(abi::kLogSubsysNet,
-           "comm %u: the sender's write on rail %u to slot %u buffer %u failed; %s", comm_.id(),
-           query.rail, query.slot, query.index,
-           resend ? "its share is written again on another rail" : "the buffer has ended already");
+  const BufferDescriptor& described = slots_.entries(query.slot)[query.index];
+  SlotProgress& progress = slots_.progress(query.slot);
+  return query.index < progress.groupSize() && described.tag == query.tag &&
+         described.seq == static_cast<uint16_t>(query.seq) &&
+         progress.resetRail(query.index, query.rail, query.shareBytes, query.segmentBytes);
+}
+
+bool RecvRecovery::waitsForEager(const RailQuery& query) const {
+  // The entry cannot have moved on past the message in doubt: the sender writes its next
+  // generation only once this one was freed here, which needs it to have landed.
+  return query.slot < kEagerEntries && !eager_.tookGeneration(query.slot, query.index);
+}
+
+void RecvRecovery::answer(const RailQuery& query) {
+  bool eager = query.kind == static_cast<uint32_t>(RecoveryKind::kEagerQuery);
+  bool resend = eager ? waitsForEager(query) : waitsForData(query);
+  RailAnswer answer{
+      static_cast<uint32_t>(eager ? RecoveryKind::kEagerAnswer : RecoveryKind::kAnswer),
+      query.slot,
+      query.index,
+      query.rail,
+      resend ? 1u : 0u,
+      0};
+  if (eager) {
+    NNF_INFO(abi::kLogSubsysNet,
+             "comm %u: the sender's eager message on rail %u into bounce entry %u failed; %s",
+             comm_.id(), query.rail, query.slot,
+             resend ? "it is written again on another rail" : "it had landed");
+  } else {
+    NNF_INFO(
+        abi::kLogSubsysNet,
+        "comm %u: the sender's write on rail %u to slot %u buffer %u failed; %s", comm_.id(),
+        query.rail, query.slot, query.index,
+        resend ? "its share is written again on another rail" : "the buffer has ended already");
+  }
   uint8_t* buffer = staging_->data + kRecoveryOffset;
   abi::Result sent = comm_.device().controlChannel().send(
       answer_, buffer, staging_->desc, comm_.peer(), comm_.remoteId(),

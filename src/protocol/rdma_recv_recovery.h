@@ -1,6 +1,7 @@
 // The receiver's side of rail recovery (docs/failover.md, step 3; the messages in rdma_wire.h):
 // answers the sender's question about a write that failed on a broken rail, after forgetting
-// what landed of that rail's share when the buffer still waits for it.
+// what landed of that rail's share when the buffer still waits for it; and about an eager
+// message that failed so, by whether its bounce entry took it.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +10,7 @@
 #include "core/operation.h"
 #include "core/recv_comm.h"
 #include "protocol/rdma_arena_slot.h"
+#include "protocol/rdma_eager_receiver.h"
 #include "protocol/rdma_recv_slots.h"
 #include "protocol/rdma_wire.h"
 
@@ -16,7 +18,8 @@ namespace nnf::protocol::rdma {
 
 class RecvRecovery {
  public:
-  RecvRecovery(core::RecvComm& comm, const ArenaSlot& staging, RecvSlots& slots);
+  RecvRecovery(core::RecvComm& comm, const ArenaSlot& staging, RecvSlots& slots,
+               const EagerReceiver& eager);
   RecvRecovery(const RecvRecovery&) = delete;
   RecvRecovery& operator=(const RecvRecovery&) = delete;
 
@@ -30,10 +33,15 @@ class RecvRecovery {
 
  private:
   void answer(const RailQuery& query);
+  // Whether the buffer (a data query) or the bounce entry (an eager one) still waits for what
+  // the query names: then the sender writes it again.
+  bool waitsForData(const RailQuery& query);
+  bool waitsForEager(const RailQuery& query) const;
 
   core::RecvComm& comm_;
   const ArenaSlot& staging_;
   RecvSlots& slots_;
+  const EagerReceiver& eager_;
   core::Operation answer_;
   RailQuery waiting_{};
   bool hasWaiting_ = false;

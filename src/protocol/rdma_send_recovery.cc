@@ -9,6 +9,7 @@
 #include "core/device.h"
 #include "core/wire.h"
 #include "log/log.h"
+#include "protocol/rdma_eager.h"
 
 namespace nnf::protocol::rdma {
 
@@ -19,15 +20,20 @@ SendRecovery::SendRecovery(core::SendComm& comm, const RdmaDevice& rdma, const A
 
 bool SendRecovery::onWriteFailed(core::Operation& op, int error) {
   size_t rails = comm_.rails();
-  if (rails < 2 || op.segment.resent != 0 || !core::RailHealth::isPathFailure(error)) return false;
   Immediate imm = decode(op.tag);
-  if (imm.kind != ImmKind::kData || imm.segments == 0) return false;  // a notice, not data
+  if (op.segment.resent != 0 && imm.kind == ImmKind::kEager) releaseEager(op);  // it fails now
+  if (rails < 2 || op.segment.resent != 0 || !core::RailHealth::isPathFailure(error)) return false;
+  // Data (not a truncation notice), or an eager message (posted: a comm of several rails injects
+  // none, and the header-ahead ones go on one rail).
+  bool data = imm.kind == ImmKind::kData && imm.segments != 0;
+  if (!data && imm.kind != ImmKind::kEager) return false;
   // Another rail of the comm must be up to write the share on (the device took this one down).
   uint32_t others = comm_.device().railHealth().upMask() & ((1u << rails) - 1) & ~(1u << op.rail);
   if (others == 0) return false;
   if (!doubts_) doubts_.reset(new (std::nothrow) Doubt[kCapacity]);
   if (!doubts_ || count_ == kCapacity) return false;
   doubts_[count_++] = Doubt{&op, ShareDoubt::kUnresolved};
+  if (!data) eagerHeld_ |= uint64_t{1} << imm.slot;
   askNext();
   return true;
 }
@@ -43,14 +49,16 @@ void SendRecovery::askNext() {
     }
     core::Operation& op = *doubt.op;
     Immediate imm = decode(op.tag);
-    RailQuery query{static_cast<uint32_t>(RecoveryKind::kQuery),
+    bool eager = imm.kind == ImmKind::kEager;
+    // An eager message is named by its entry and its generation there (the immediate's count).
+    RailQuery query{static_cast<uint32_t>(eager ? RecoveryKind::kEagerQuery : RecoveryKind::kQuery),
                     imm.slot,
-                    imm.index,
+                    eager ? imm.count : imm.index,
                     op.segment.tag,
                     op.segment.seq,
                     op.rail,
                     op.transferred + op.length + op.segment.shareLeft,
-                    rdma_.writeSegmentBytes()};
+                    eager ? 0 : rdma_.writeSegmentBytes()};
     uint8_t* buffer = ring_->data + kRecoveryOffset;
     abi::Result sent = comm_.device().controlChannel().send(
         question_, buffer, ring_->desc, comm_.peer(), comm_.remoteId(),
@@ -70,12 +78,16 @@ void SendRecovery::onMessage(const uint8_t* data, size_t length) {
   RailAnswer answer;
   if (length < sizeof(answer)) return;
   memcpy(&answer, data, sizeof(answer));
-  if (answer.kind != static_cast<uint32_t>(RecoveryKind::kAnswer) || !awaitingAnswer_) return;
+  bool eager = answer.kind == static_cast<uint32_t>(RecoveryKind::kEagerAnswer);
+  if ((!eager && answer.kind != static_cast<uint32_t>(RecoveryKind::kAnswer)) || !awaitingAnswer_) {
+    return;
+  }
   for (size_t i = 0; i < count_; ++i) {
     core::Operation& op = *doubts_[i].op;
     Immediate imm = decode(op.tag);
-    if (doubts_[i].state != ShareDoubt::kAsked || imm.slot != answer.slot ||
-        imm.index != answer.index || op.rail != answer.rail) {
+    if (doubts_[i].state != ShareDoubt::kAsked || (imm.kind == ImmKind::kEager) != eager ||
+        imm.slot != answer.slot || (eager ? imm.count : imm.index) != answer.index ||
+        op.rail != answer.rail) {
       continue;
     }
     remove(i);
@@ -111,6 +123,7 @@ void SendRecovery::forget(const core::Request& request) {
     core::Operation& op = *doubts_[i].op;
     if (op.request != &request) continue;
     if (doubts_[i].state == ShareDoubt::kAsked) awaitingAnswer_ = false;  // the answer is dropped
+    if (isEager(op)) releaseEager(op);
     remove(i);
     // The share still counts in the request's operations: it ends now, so that the request
     // returns to its pool.
@@ -135,6 +148,10 @@ void SendRecovery::writeAgain(core::Operation& op) {
   size_t rails = comm_.device().railHealth().carrying(comm_.rails(), carrying);
   size_t rail = carrying[nextRail_++ % rails];
   if (rail == op.rail) rail = carrying[nextRail_++ % rails];
+  if (isEager(op)) {
+    writeEagerAgain(op, rail);
+    return;
+  }
   uint64_t share = op.transferred + op.length + op.segment.shareLeft;
   Immediate imm = decode(op.tag);
   const auto* described = reinterpret_cast<const BufferDescriptor*>(
@@ -157,9 +174,36 @@ void SendRecovery::writeAgain(core::Operation& op) {
   if (result != abi::kSuccess) fail(op, FI_EIO, "writing it again could not be posted");
 }
 
+// The entry did not take the message: it goes again, whole (header and message), into the same
+// entry on `rail`, with the same immediate (entry and generation). The area's keys on every rail
+// are in the grant, which every credit write puts in our ring.
+void SendRecovery::writeEagerAgain(core::Operation& op, size_t rail) {
+  const auto* grant = reinterpret_cast<const Grant*>(ring_->data + kGrantOffset);
+  core::MemoryHandle* handle = op.request->heldRegistration;
+  op.rail = static_cast<uint8_t>(rail);
+  op.peer = comm_.peer(rail);
+  op.desc = handle != nullptr ? handle->descOn(rail) : nullptr;
+  op.headerDesc = ring_->descOf(rail);
+  op.remoteKey = grant->keys[rail];
+  op.segment.resent = 1;
+  op.transferred = 0;
+  abi::Result result = comm_.device().post(op);
+  if (result != abi::kSuccess) {
+    releaseEager(op);
+    fail(op, FI_EIO, "writing it again could not be posted");
+  }
+}
+
+bool SendRecovery::onWrittenAgain(const core::Operation& op) {
+  if (!isEager(op) || eagerHeld_ == 0) return false;
+  releaseEager(op);
+  return eagerHeld_ == 0;
+}
+
 // The buffer ended at the receiver (the original landed): the share is done. Counted for the
 // close by nobody (the receiver counted what landed; the failed write was not ours to count).
 void SendRecovery::settle(core::Operation& op) {
+  if (isEager(op)) releaseEager(op);
   uint64_t share = op.transferred + op.length + op.segment.shareLeft;
   op.segment.shareLeft = 0;
   op.transferred = share - op.length;

@@ -13,6 +13,13 @@
 // about a buffer that ended is never taken for a later group's. What it relies on from efa: a
 // write that completed with an error lands nothing after that error (only a real NIC can show
 // it; docs/failover.md, "The fence").
+//
+// An eager message that failed so is asked about by its bounce entry and its generation there
+// (kEagerQuery): the receiver says whether the entry took it; if not, it is written again, whole,
+// into the same entry on a rail that is up. Should the first write land after all (it was in the
+// receiver's queue, unread, when the question came), the receiver takes one of the two: the
+// immediate carries the generation, and the entry takes each generation once. Until the message
+// is settled no eager message goes (the entry is not written again under it).
 #pragma once
 
 #include <cstddef>
@@ -54,6 +61,11 @@ class SendRecovery {
   bool questionPending() const { return question_.inFlight || question_.queued; }
   // The request is given up (it failed, or its comm goes): its shares leave the list.
   void forget(const core::Request& request);
+  // Whether an eager message is in doubt or being written again: no eager message goes
+  // meanwhile, so that its bounce entry is never written under it.
+  bool holdsEagerEntries() const { return eagerHeld_ != 0; }
+  // A write of ours that was written again completed: true when it released the eager entries.
+  bool onWrittenAgain(const core::Operation& op);
 
  private:
   struct Doubt {
@@ -63,6 +75,12 @@ class SendRecovery {
   static constexpr size_t kCapacity = kSlots * kMaxRails;  // a share per rail, per request
   void askNext();
   void writeAgain(core::Operation& op);
+  void writeEagerAgain(core::Operation& op, size_t rail);
+  // Bit `entry` of eagerHeld_: the eager message in that entry is in doubt or written again.
+  static bool isEager(const core::Operation& op) { return decode(op.tag).kind == ImmKind::kEager; }
+  void releaseEager(const core::Operation& op) {
+    eagerHeld_ &= ~(uint64_t{1} << decode(op.tag).slot);
+  }
   void settle(core::Operation& op);
   void fail(core::Operation& op, int error, const char* why);
   void remove(size_t index);
@@ -81,6 +99,7 @@ class SendRecovery {
   size_t count_ = 0;
   bool awaitingAnswer_ = false;
   size_t nextRail_ = 0;  // rails that are up take the shares written again in turn
+  uint64_t eagerHeld_ = 0;
   core::Operation question_;
 };
 

@@ -101,7 +101,8 @@ bool Sender::start(ConnectInfo* info) {
                ? request.error
                : abi::kSuccess;
   }
-  if (eager_.mayGo(size) && eager_.send(request, tag, seq, handle)) {
+  if (eager_.mayGo(size) && !recovery_.holdsEagerEntries() &&
+      eager_.send(request, tag, seq, handle)) {
     return request.state == core::Request::State::kFailed ? request.error : abi::kSuccess;
   }
   wait(request, tag, seq, handle);
@@ -143,7 +144,7 @@ void Sender::onCredits(uint32_t freedMod256) {
 // Entries came free, or the receiver said its small receives go undescribed, or went quiet: small
 // sends waiting for their descriptors go eagerly instead, oldest first.
 void Sender::sendWaitingEagerly() {
-  if (matcher_.sendsWaiting() == 0 || !eager_.open()) return;
+  if (matcher_.sendsWaiting() == 0 || !eager_.open() || recovery_.holdsEagerEntries()) return;
   while (!eager_.entriesFull()) {
     size_t maxBytes = eager_.maxBytes();
     WaitLink* link = matcher_.takeFirstWaiting([maxBytes](WaitLink& waiting) {
@@ -177,6 +178,8 @@ bool Sender::continueWrite(core::Operation& op) {
   // Every write of a request that completes carried immediate data: the receiver counts it.
   if (op.rail < kMaxRails) close_.countWrite(op.rail);
   if (op.rail != 0 && op.rail < kMaxRails) eager_.onRailReached(op.rail);
+  // An eager message written again after its rail failed landed: eager sends may go again.
+  if (op.segment.resent != 0 && recovery_.onWrittenAgain(op)) sendWaitingEagerly();
   return striper_.continueWrite(op);
 }
 

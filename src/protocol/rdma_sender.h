@@ -39,7 +39,12 @@ class Sender final : public CommState {
   bool continueWrite(core::Operation& op);
   // A data write failed: true when the share is in doubt and recovered (SendRecovery).
   bool onWriteFailed(core::Operation& op, int error) { return recovery_.onWriteFailed(op, error); }
-  void onProtocolMessage(const uint8_t* data, size_t length) { recovery_.onMessage(data, length); }
+  void onProtocolMessage(const uint8_t* data, size_t length) {
+    bool held = recovery_.holdsEagerEntries();
+    recovery_.onMessage(data, length);
+    // An eager message settled: small sends that waited meanwhile may go eagerly again.
+    if (held && !recovery_.holdsEagerEntries()) sendWaitingEagerly();
+  }
   int ownInFlight();
   void onClose();
   void onPeerClosed();

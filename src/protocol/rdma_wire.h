@@ -12,7 +12,10 @@
 //                message (0: the message did not fit; nothing was written)
 //   control 0, descriptors (to a send comm): bits 12..8 slot, bits 7..5 buffers minus one
 //   control 1, credits (to a send comm): bits 12..5 eager entries freed so far, modulo 256
-//   control 2, eager message (to a receive comm): bits 12..5 bounce entry (rdma_eager.h)
+//   control 2, eager message (to a receive comm): bits 10..5 bounce entry (rdma_eager.h), bits
+//              12..11 the message's generation in it (the entry's uses before it, modulo 4):
+//              a message written again after its rail failed may land twice, and the receiver
+//              takes only the generation it expects next (rdma_recv_recovery.h)
 //   control 3, void (to a receive comm): bits 12..8 slot, bits 7..5 buffer index: the sender
 //              read that descriptor but sent its message eagerly; the slot may be reused
 //   control 4, eager header (to a receive comm): bits 12..5 bounce entry: the header alone,
@@ -64,7 +67,8 @@ struct Immediate {
   uint32_t slot = 0;      // kData, kDescriptors, kVoid; kEager: the bounce entry
   uint32_t index = 0;     // kData, kVoid
   uint32_t segments = 0;  // kData; 0: truncation notice
-  uint32_t count = 0;     // kDescriptors; kCredits: entries freed, modulo 256; kEagerLimit: bytes
+  uint32_t count = 0;     // kDescriptors; kCredits: entries freed, modulo 256; kEagerLimit: bytes;
+                          // kEager: the message's generation in its entry
   uint32_t length = 0;    // upper 32 bits (where the provider carries them)
 };
 
@@ -100,8 +104,10 @@ inline uint64_t encodeControl(uint32_t commId, Control control, uint32_t middle)
 inline uint64_t encodeCredits(uint32_t commId, uint32_t freed) {
   return encodeControl(commId, Control::kCredits, freed);
 }
-inline uint64_t encodeEager(uint32_t commId, uint32_t entry) {
-  return encodeControl(commId, Control::kEager, entry);
+constexpr uint32_t kEagerGenerations = 4;  // an entry's generations the immediate tells apart
+inline uint64_t encodeEager(uint32_t commId, uint32_t entry, uint32_t generation = 0) {
+  return encodeControl(commId, Control::kEager,
+                       (entry & 0x3f) | (generation % kEagerGenerations) << 6);
 }
 inline uint64_t encodeEagerHeader(uint32_t commId, uint32_t entry) {
   return encodeControl(commId, Control::kEagerHeader, entry);
@@ -144,7 +150,8 @@ inline Immediate decode(uint64_t data) {
       break;
     case Control::kEager:
       imm.kind = ImmKind::kEager;
-      imm.slot = (low >> 5) & 0xff;
+      imm.slot = (low >> 5) & 0x3f;
+      imm.count = (low >> 11) & 3;  // generation
       break;
     case Control::kEagerHeader:
       imm.kind = ImmKind::kEagerHeader;
@@ -227,7 +234,12 @@ static_assert(sizeof(ClosedAck) == 32);
 // another group now), or that it forgot what landed of that rail's share, ignores the rest of
 // that rail for the buffer, and waits for the share again: the sender writes it again, whole,
 // on a rail that is up, with the same immediate data.
-enum class RecoveryKind : uint32_t { kQuery = 1, kAnswer = 2 };
+// An eager message that failed on a down rail is asked about the same way (kEagerQuery: `slot`
+// its bounce entry, `index` its generation there, `shareBytes` its length): the receiver
+// answers that it landed (the entry took that generation) or that it did not (the sender writes
+// it again, whole, on a rail that is up; should the original land after all, the receiver takes
+// one of the two by the generation the immediate carries).
+enum class RecoveryKind : uint32_t { kQuery = 1, kAnswer = 2, kEagerQuery = 3, kEagerAnswer = 4 };
 struct RailQuery {
   uint32_t kind;  // RecoveryKind::kQuery
   uint32_t slot;

@@ -54,11 +54,11 @@ abi::Result SendRecv::postRecv(core::RecvComm& comm, core::Request& request, int
     op.peer = FI_ADDR_UNSPEC;
     op.tag = core::tags::data(comm.id(), seq, tags[i]);
     // Room after the buffer where the provider must not truncate (host memory: one iov type).
-    op.withRoom = comm.device().roomForReceives() &&
-                  (handles == nullptr || handles[i] == nullptr ||
-                   handles[i]->type == memory::MemType::kHost);
+    op.withRoom = comm.device().roomForReceives() && (handles == nullptr || handles[i] == nullptr ||
+                                                      handles[i]->type == memory::MemType::kHost);
     abi::Result result = comm.device().post(op);
-    if (result == abi::kSuccess) comm.holdRegistration(op, handles != nullptr ? handles[i] : nullptr);
+    if (result == abi::kSuccess)
+      comm.holdRegistration(op, handles != nullptr ? handles[i] : nullptr);
     // Operations already posted stay with the request; it fails as a whole in test().
     if (result != abi::kSuccess) return result;
   }

@@ -288,6 +288,18 @@ table() {
   mutant rail-probe-error-ignored src/core/device.cc \
     '  if (error != 0) {' '  if (false) {' \
     rdma_failover_test 'RdmaFailover*ComesBack*' -
+  # Eager messages on a failed rail (issue 27): asked about by entry and generation, written
+  # again, and taken once however often they land.
+  mutant eager-recovery-off src/protocol/rdma_send_recovery.cc \
+    '  if (!data && imm.kind != ImmKind::kEager) return false;' '  if (!data) return false;' \
+    rdma_failover_test 'RdmaFailover*' -
+  mutant eager-recovery-off-softefa src/protocol/rdma_send_recovery.cc \
+    '  if (!data && imm.kind != ImmKind::kEager) return false;' '  if (!data) return false;' \
+    multirail_test 'Multirail.EagerMessagesInFlight*' NNF_TEST_PROVIDER=softefa+rdma+2rails
+  mutant eager-second-landing-taken src/protocol/rdma_eager_receiver.cc \
+    '  if (generation >= 0 && !inbox_.expects(entry, static_cast<uint32_t>(generation))) {' \
+    '  if (false) {' \
+    rdma_failover_test 'RdmaFailover*EagerMessages*' -
   # A small message injected on a comm of several rails: efa reports a failed inject with no
   # context, and the message would be lost unseen (its send done, its receive waiting forever).
   mutant rail-inject-multirail src/protocol/rdma_striping.cc \

@@ -809,5 +809,83 @@ TEST(Multirail, AWindowInFlightWhenARailBreaksArrivesWhole) {
   runTwoProcesses(sender, receiver, 180);
 }
 
+// The link of NIC 1 breaks while windows of 32 small messages are in flight: most of them go
+// eagerly, over both rails in turn, into the receiver's bounce entries. Those on NIC 1 when it
+// breaks fail at the sender (on the stand-in some after landing), are asked about by their entry
+// and its generation and written again into the same entry on the leader; the receiver takes
+// each once. Every message arrives whole, once, and no request fails.
+TEST(Multirail, EagerMessagesInFlightWhenARailBreaksArriveOnce) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  if (testRails() != 2) GTEST_SKIP() << "written for two rails";
+  constexpr int kWindow = 32;
+  constexpr int kWindows = 8;
+  constexpr int kMessages = kWindow * kWindows;
+  constexpr int kSlot = 4096;
+  auto sizeOf = [](int i) { return 64 + (i * 389) % (kSlot - 64); };
+  ScopedEnv env;
+  // NIC 1 goes down for good after 48 operations taken on it: a few windows in.
+  env.set("NNF_EFA_RULES_FAIL_AFTER_OPS", "1:48");
+  env.set("NNF_SOFT_EFA_FAIL_AFTER_OPS", "1:48");
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer buffer(size_t{kSlot} * kWindow);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    for (int first = 0; first < kMessages; first += kWindow) {
+      std::vector<void*> requests;
+      for (int m = first; m < first + kWindow; ++m) {
+        uint8_t* slot = buffer.data() + size_t{kSlot} * (m - first);
+        fillPattern(slot, sizeOf(m), m);
+        void* request;
+        ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, slot, sizeOf(m), kTag, mh, &request));
+        requests.push_back(request);
+      }
+      std::vector<int> sizes;
+      ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));
+    }
+    expectOneRailWarning(peer);
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    constexpr size_t kRoom = kSlot + kTail;
+    HostBuffer buffer(kRoom * kWindow);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    for (int first = 0; first < kMessages; first += kWindow) {
+      memset(buffer.data(), 0xA5, buffer.size());
+      std::vector<void*> requests;
+      for (int m = first; m < first + kWindow; ++m) {
+        void* request;
+        ASSERT_NO_FATAL_FAILURE(postRecv(peer, comm, buffer.data() + kRoom * (m - first), sizeOf(m),
+                                         kTag, mh, &request));
+        requests.push_back(request);
+      }
+      std::vector<int> sizes;
+      ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));
+      for (int m = first; m < first + kWindow; ++m) {
+        SCOPED_TRACE("message " + std::to_string(m));
+        const uint8_t* slot = buffer.data() + kRoom * (m - first);
+        EXPECT_EQ(sizes[m - first], sizeOf(m));
+        EXPECT_TRUE(verifyPattern(slot, sizeOf(m), m));
+        EXPECT_TRUE(verifySentinel(slot + sizeOf(m), kTail));
+      }
+    }
+    int asked = infoLinesWith(peer, "the sender's eager message on rail 1");
+    std::printf("[ eager    ] %d eager messages asked about, %d taken twice and left alone\n",
+                asked, infoLinesWith(peer, "landed a second time"));
+    EXPECT_GE(asked, 1) << "no eager message was asked about: the test missed its case";
+    EXPECT_LE(asked, kWindow) << "later messages did not leave the rail out";
+    dereg(peer, comm, mh);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 180);
+}
+
 }  // namespace
 }  // namespace nnf::test

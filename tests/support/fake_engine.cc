@@ -143,6 +143,16 @@ void FakeEngine::complete(core::Operation* op, size_t length, int error, size_t 
   completion.error = error;
   completion.overflow = overflow;
   cq_.push_back(completion);
+  if (op == nullptr || op->type != core::OpType::kControlRecv || error != 0) return;
+  for (size_t i = 0; i < later_.size();) {
+    if (!later_[i].afterMessage) {
+      ++i;
+      continue;
+    }
+    cq_.push_back(later_[i].completion);
+    later_[i] = later_.back();
+    later_.pop_back();
+  }
 }
 
 void FakeEngine::remoteWrite(size_t rail, uint64_t data, size_t length) {
@@ -154,13 +164,14 @@ void FakeEngine::remoteWrite(size_t rail, uint64_t data, size_t length) {
   cq_.push_back(completion);
 }
 
-void FakeEngine::remoteWriteLater(size_t rail, uint64_t data, size_t length, uint32_t progresses) {
+void FakeEngine::remoteWriteLater(size_t rail, uint64_t data, size_t length, uint32_t progresses,
+                                  bool afterMessage) {
   Completion completion;
   completion.kind = Completion::Kind::kRemote;
   completion.rail = static_cast<uint8_t>(rail);
   completion.data = data;
   completion.length = length;
-  later_.push_back(Later{completion, progresses});
+  later_.push_back(Later{completion, progresses, afterMessage});
 }
 
 void FakeEngine::releaseHeld() {

@@ -62,7 +62,10 @@ class FakeEngine final : public core::OperationEngine {
   // reads its rails' queues one after the other, a write landed on one rail may be read after a
   // message that arrived later on another (the fabric uses it for writes landed on a rail that
   // failed).
-  void remoteWriteLater(size_t rail, uint64_t data, size_t length, uint32_t progresses);
+  // `afterMessage`: or sooner, right after the next untagged message this engine receives (the
+  // sender's question about it, read first).
+  void remoteWriteLater(size_t rail, uint64_t data, size_t length, uint32_t progresses,
+                        bool afterMessage = false);
 
  private:
   struct Completion {
@@ -92,6 +95,7 @@ class FakeEngine final : public core::OperationEngine {
   struct Later {
     Completion completion;
     uint32_t progresses;
+    bool afterMessage;
   };
   std::vector<Later> later_;  // remoteWriteLater's, until they are due
   core::OpQueue heldRx_;

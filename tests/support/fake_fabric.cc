@@ -220,6 +220,7 @@ void FakeFabric::land(uint32_t index) {
     transfer.failed = true;
     ++stats_.failed;
     if (transfer.kind == Kind::kRead) ++stats_.failedReads;
+    if (transfer.kind == Kind::kWrite && failedWriteObserver_) failedWriteObserver_(transfer.data);
     if (landedOneIn_ == 0 || random_() % landedOneIn_ != 0) {
       transfer.delivered = true;  // lands nowhere
       if (!transfer.scheduled) scheduleCompletion(index);
@@ -293,7 +294,11 @@ void FakeFabric::landWrite(Transfer& transfer) {
     // sender's question about it, which came on the leader and was read first in the same
     // progress call (FabricEngine reads the leader last; a write that lands just after its
     // rail was read is read at the next call).
-    target.remoteWriteLater(transfer.targetRail, data, transfer.length, 1);
+    if (options_.failedLandedAfterQuestion) {
+      target.remoteWriteLater(transfer.targetRail, data, transfer.length, 64, true);
+    } else {
+      target.remoteWriteLater(transfer.targetRail, data, transfer.length, 1);
+    }
     return;
   }
   target.remoteWrite(transfer.targetRail, data, transfer.length);

@@ -65,6 +65,11 @@ struct FakeFabricOptions {
   // instead, as when a process is descheduled (0: never). Drawn from its own generator, so the
   // deliveries' draws stay those of the seed.
   uint64_t tickNs = 1000;
+  // A write that a failed rail lands all the same is read by its target right after the next
+  // untagged message it receives (the sender's question about it), or 64 progress calls later:
+  // the receiver answers before it sees what landed (where it read the question on the leader
+  // and the write on its rail only at its next progress call).
+  bool failedLandedAfterQuestion = false;
   uint32_t pauseOneIn = 4096;
   uint64_t pauseNs = 1000000;
 };
@@ -132,6 +137,10 @@ class FakeFabric {
   // classify them.
   void onWrite(std::function<void(uint64_t data, size_t length)> observer) {
     writeObserver_ = std::move(observer);
+  }
+  // Called with the immediate data of every write a failed rail fails (landed or not).
+  void onFailedWrite(std::function<void(uint64_t data)> observer) {
+    failedWriteObserver_ = std::move(observer);
   }
   // While set, every progress of engine `id` first runs `pump` once (never nested): a test that
   // blocks in one device (a close) lets the other device's own threads run meanwhile.
@@ -249,6 +258,7 @@ class FakeFabric {
   std::vector<std::function<void()>> pumps_;
   bool pumping_ = false;
   std::function<void(uint64_t, size_t)> writeObserver_;
+  std::function<void(uint64_t)> failedWriteObserver_;
   uint32_t downRails_ = 0;  // bit r: rail r failed (failRail)
   int restoredRail_ = -1;   // the rail restoreRail brought back last
   uint32_t landedOneIn_ = 0;

@@ -117,6 +117,9 @@ class Traffic {
         sendBuffers_(fake, pair.send, maxBytes_),
         recvBuffers_(fake, pair.recv, maxBytes_) {}
 
+  // Every message from now on no larger than an eager entry (before the first step).
+  void keepSmall() { smallOnly_ = true; }
+
   bool done() const {
     return counts_.messages + counts_.truncated == messages_ && sends_.empty() && recvs_.empty();
   }
@@ -201,6 +204,7 @@ class Traffic {
   // Sizes around the protocol's thresholds: empty, small, eager-sized, described, and messages
   // of many write segments.
   size_t messageSize() {
+    if (smallOnly_) return uniform(0, eagerBytes_);
     if (largePerMille_ != 0 && random_() % 1000 < largePerMille_) return uniform(32769, maxBytes_);
     size_t draw = random_() % 1000;
     if (draw < 80) return 0;
@@ -380,6 +384,7 @@ class Traffic {
   uint64_t messages_;
   size_t eagerBytes_;
   uint32_t largePerMille_;
+  bool smallOnly_ = false;
   size_t maxBytes_;
   BufferPool sendBuffers_;
   BufferPool recvBuffers_;

@@ -3,6 +3,7 @@
 // in and credit writes arrive in; voids and eager messages meet described buffers in either
 // order. Both sides running together under any delivery order: rdma_protocol_test.cc.
 #include <cstdint>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -78,12 +79,47 @@ TEST(RdmaEagerCredits, AnOlderCreditWriteArrivingLateChangesNothing) {
   EXPECT_EQ(credits.inUse(), kEagerEntries - 8);
 }
 
-TEST(RdmaEagerWire, EveryBounceEntryTravelsInTheEagerWrite) {
+TEST(RdmaEagerWire, EveryBounceEntryAndGenerationTravelsInTheEagerWrite) {
   for (uint32_t entry = 0; entry < kEagerEntries; ++entry) {
-    Immediate eager = decode(encodeEager(kMaxCommId, entry));
-    ASSERT_EQ(eager.kind, ImmKind::kEager);
-    ASSERT_EQ(eager.commId, kMaxCommId);
-    ASSERT_EQ(eager.slot, entry);
+    for (uint32_t generation = 0; generation < 2 * kEagerGenerations; ++generation) {
+      uint64_t data = encodeEager(kMaxCommId, entry, generation);
+      ASSERT_EQ(data >> 32, 0u) << "EFA carries 32 bits";
+      Immediate eager = decode(data);
+      ASSERT_EQ(eager.kind, ImmKind::kEager);
+      ASSERT_EQ(eager.commId, kMaxCommId);
+      ASSERT_EQ(eager.slot, entry);
+      ASSERT_EQ(eager.count, generation % kEagerGenerations);
+    }
+  }
+}
+
+// An entry takes each generation of message once: a second landing of one it took (an eager
+// message written again after its rail failed, whose first write landed after all) is not
+// expected, and the sender's question about it is answered "taken".
+TEST(RdmaEagerInbox, AnEntryTakesEachGenerationOnce) {
+  EagerInbox inbox;
+  constexpr uint32_t kEntry = 5;
+  for (uint32_t generation = 0; generation < 3 * kEagerGenerations; ++generation) {
+    SCOPED_TRACE("generation " + std::to_string(generation));
+    EXPECT_TRUE(inbox.expects(kEntry, generation));
+    EXPECT_FALSE(inbox.took(kEntry, generation));
+    ASSERT_TRUE(inbox.land(kEntry, 1, static_cast<uint16_t>(generation), 64));
+    EXPECT_FALSE(inbox.expects(kEntry, generation)) << "its second landing";
+    EXPECT_TRUE(inbox.took(kEntry, generation));
+    EXPECT_TRUE(inbox.expects(kEntry, generation + 1));
+    EXPECT_TRUE(inbox.expects(kEntry + 1, generation)) << "the other entries are left alone";
+    // Freed in eager order only once the entries before it are: free them all.
+    for (uint32_t e = 0; e < kEagerEntries; ++e) {
+      if (e != kEntry) {
+        ASSERT_TRUE(inbox.land(e, 2, 0, 8));
+      }
+      inbox.free(e);
+    }
+    for (uint32_t e = 0; e < kEagerEntries; ++e) {
+      if (e != kEntry) {
+        ASSERT_TRUE(inbox.expects(e, generation + 1));
+      }
+    }
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include "core/device.h"
 #include "core/rail_health.h"
+#include "protocol/rdma_wire.h"
 #include "support/fake_rdma_run.h"
 #include "support/fake_traffic.h"
 
@@ -30,12 +31,12 @@ namespace {
 // ends), a share lost leaves a receive waiting. No send fails but the truncating ones, the rail's
 // WARN comes once, and closing leaves nothing held. One message in 25 is striped and of many
 // segments (a share may land in part); more would exhaust the driver's 6 large buffers. Eager
-// messages are off: a failed one still fails its request (not recovered yet).
+// messages fail too (written again into their bounce entry, taken once however often they land).
 TEST(RdmaFailoverOverFakeFabric, ARailThatFailsMidRunLosesAndDoublesNothing) {
   const char* seedText = getenv("NNF_FAKE_FABRIC_SEED");
   const uint64_t firstSeed = seedText != nullptr ? strtoull(seedText, nullptr, 10) : 21;
   constexpr int kSeeds = 40;
-  uint64_t failed = 0, failedLanded = 0;
+  uint64_t failed = 0, failedLanded = 0, eagerFailed = 0;
   for (uint64_t seed = firstSeed; seed < firstSeed + kSeeds; ++seed) {
     FakeFamily family = fakeFamilies()[3];
     ASSERT_EQ(family.rails, 2u);
@@ -47,8 +48,12 @@ TEST(RdmaFailoverOverFakeFabric, ARailThatFailsMidRunLosesAndDoublesNothing) {
     WarnCounter warnings;
     FakePlugin::Options options = fakeOptions(family, seed);
     options.fabric.earlyCompletionOneIn = 0;  // efa: a write completes once the target took it
-    options.settings["NCCL_FABRIC_EAGER_MAX"] = "0";
+    // A quarter of the runs: what landed all the same is read only after the question about it.
+    options.fabric.failedLandedAfterQuestion = seed % 4 == 3;
     FakePlugin fake(options);
+    fake.fabric().onFailedWrite([&eagerFailed](uint64_t data) {
+      eagerFailed += protocol::rdma::decode(data).kind == protocol::rdma::ImmKind::kEager;
+    });
     constexpr size_t kPairs = 2;
     FakePlugin::Pair pairs[kPairs];
     for (FakePlugin::Pair& pair : pairs) ASSERT_TRUE(fake.connect(&pair));
@@ -89,12 +94,15 @@ TEST(RdmaFailoverOverFakeFabric, ARailThatFailsMidRunLosesAndDoublesNothing) {
     failedLanded += fake.fabric().stats().failedLanded;
   }
   printf(
-      "[ failover ] %d seeds: %llu writes failed by the rail, %llu of them landed all the same\n",
+      "[ failover ] %d seeds: %llu writes failed by the rail, %llu of them landed all the same; "
+      "%llu of them eager messages\n",
       kSeeds, static_cast<unsigned long long>(failed),
-      static_cast<unsigned long long>(failedLanded));
-  // The run had the case it is for: writes in flight failed, some after they landed.
+      static_cast<unsigned long long>(failedLanded), static_cast<unsigned long long>(eagerFailed));
+  // The run had the case it is for: writes in flight failed, some after they landed, eager ones
+  // among them.
   EXPECT_GT(failed, 0u);
   EXPECT_GT(failedLanded, 0u);
+  EXPECT_GT(eagerFailed, 0u);
 }
 
 // A rail that fails and comes back (issue 27: "a restored rail carries data again within 5 s"):
@@ -188,6 +196,95 @@ TEST(RdmaFailoverOverFakeFabric, ARailThatComesBackCarriesDataAgain) {
       "rejoin carried data %.1f ms (fake time) after the rail was back\n",
       kSeeds, static_cast<unsigned long long>(failedReads), worstRejoinNs / 1e6);
   EXPECT_GT(failedReads, 0u) << "the down rail was never probed";
+}
+
+// Small messages, most of them eager, over a rail that fails and comes back again and again
+// (20 runs of 2 and 4 rails, 8 breaks each): eager messages in flight on it fail each time, are
+// asked about by their bounce entry and generation, and are written again into the same entry on
+// another rail; in half the runs what landed all the same is read only after the question (the
+// receiver answers "write it again" and then sees the first write: the entry takes one of the
+// two). Every message lands once, whole, with its size; the rail's WARN comes once (its later
+// failures are INFO lines).
+TEST(RdmaFailoverOverFakeFabric, EagerMessagesOnARailThatKeepsFailingLandOnce) {
+  const char* seedText = getenv("NNF_FAKE_FABRIC_SEED");
+  const uint64_t firstSeed = seedText != nullptr ? strtoull(seedText, nullptr, 10) : 81;
+  constexpr int kSeeds = 20;
+  constexpr int kBreaks = 8;
+  uint64_t eagerFailed = 0, failedLanded = 0;
+  for (uint64_t seed = firstSeed; seed < firstSeed + kSeeds; ++seed) {
+    FakeFamily family = fakeFamilies()[3];
+    ASSERT_EQ(family.rails, 2u);
+    if (seed % 2 == 1) family.rails = 4;
+    std::mt19937_64 pick(seed);
+    const size_t failing = 1 + pick() % (family.rails - 1);
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", rail " + std::to_string(failing) + " of " +
+                 std::to_string(family.rails));
+    WarnCounter warnings;
+    FakePlugin::Options options = fakeOptions(family, seed);
+    options.fabric.earlyCompletionOneIn = 0;
+    options.fabric.failedLandedAfterQuestion = (seed / 2) % 2 == 0;
+    options.fabric.tickNs = 50000;
+    options.fabric.maxDelay = 24;  // more writes in flight when the rail breaks
+    options.fabric.longDelayOneIn = 4;
+    options.settings["NCCL_FABRIC_RAIL_PROBE_MS"] = "1";
+    FakePlugin fake(options);
+    fake.fabric().onFailedWrite([&eagerFailed](uint64_t data) {
+      eagerFailed += protocol::rdma::decode(data).kind == protocol::rdma::ImmKind::kEager;
+    });
+    constexpr size_t kPairs = 2;
+    FakePlugin::Pair pairs[kPairs];
+    for (FakePlugin::Pair& pair : pairs) ASSERT_TRUE(fake.connect(&pair));
+    const uint64_t messages = messagesToRun() / 2 / kSeeds;
+    const uint64_t period = messages / (kBreaks + 1);
+    TrafficCounts total;
+    {
+      std::vector<std::unique_ptr<Traffic>> traffic;
+      for (size_t i = 0; i < kPairs; ++i) {
+        traffic.push_back(std::make_unique<Traffic>(fake, pairs[i], seed * 10 + i,
+                                                    messages / kPairs, family.eagerBytes));
+        traffic.back()->keepSmall();
+      }
+      int breaks = 0;
+      bool down = false;
+      uint64_t step = 0;
+      driveTraffic(fake, traffic, pick, [&] {
+        if (++step % 16 != 0) return;
+        uint64_t ended = messagesEnded(traffic);
+        // Down from the middle of each period to its end.
+        bool due = ended % period >= period / 2 && ended / period < kBreaks;
+        if (due && !down) {
+          fake.fabric().failRail(failing, 2);
+          down = true;
+          ++breaks;
+        } else if (!due && down) {
+          fake.fabric().restoreRail(failing);
+          down = false;
+        }
+      });
+      if (HasFatalFailure()) return;
+      EXPECT_GE(breaks, 2);
+      for (const auto& t : traffic) {
+        total.messages += t->counts().messages;
+        total.truncated += t->counts().truncated;
+        total.sendsFailed += t->counts().sendsFailed;
+      }
+    }
+    failedLanded += fake.fabric().stats().failedLanded;
+    for (const FakePlugin::Pair& pair : pairs) {
+      EXPECT_EQ(fake.closeSend(pair.send), abi::kSuccess);
+      EXPECT_EQ(fake.closeRecv(pair.recv), abi::kSuccess);
+    }
+    EXPECT_TRUE(fake.nothingHeld());
+    EXPECT_EQ(total.messages + total.truncated, messages / kPairs * kPairs);
+    EXPECT_LE(total.sendsFailed, total.truncated);
+    EXPECT_EQ(warnings.others(), 1) << "the rail's first failure is named, and nothing else";
+  }
+  printf(
+      "[ failover ] %d seeds, %d breaks each: %llu eager writes failed by the rail; %llu "
+      "writes landed all the same\n",
+      kSeeds, kBreaks, static_cast<unsigned long long>(eagerFailed),
+      static_cast<unsigned long long>(failedLanded));
+  EXPECT_GT(eagerFailed, 0u);
 }
 
 }  // namespace

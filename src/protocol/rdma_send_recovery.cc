@@ -143,8 +143,7 @@ void SendRecovery::remove(size_t index) {
 // rail that is up, with the keys its descriptor gave for that rail (the ring entry cannot have
 // been written again: its group waits for this share).
 void SendRecovery::writeAgain(core::Operation& op) {
-  uint8_t carrying[kMaxRails] = {0, 1, 2, 3};
-  static_assert(kMaxRails == 4);
+  uint8_t carrying[kMaxRails];
   size_t rails = comm_.device().railHealth().carrying(comm_.rails(), carrying);
   size_t rail = carrying[nextRail_++ % rails];
   if (rail == op.rail) rail = carrying[nextRail_++ % rails];

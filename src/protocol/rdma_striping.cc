@@ -117,8 +117,7 @@ void Striper::startWrite(core::Request& request, const Arrived& arrived,
   Share shares[kMaxRails];
   const uint64_t segmentBytes = rdma_.writeSegmentBytes();
   // The rails that carry data: all of the comm's until one fails (core/rail_health.h).
-  uint8_t carrying[kMaxRails] = {0, 1, 2, 3};
-  static_assert(kMaxRails == 4);
+  uint8_t carrying[kMaxRails] = {0};  // a comm of one rail: the leader
   size_t rails = comm_.rails();
   if (rails > 1) rails = device.railHealth().carrying(rails, carrying);
   uint32_t count = planShares(total, rails, rdma_.stripeMinBytes(), segmentBytes, shares);

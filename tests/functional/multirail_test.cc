@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
@@ -506,6 +507,33 @@ void breakLinkOfNic1(const std::string& control) {
   ASSERT_EQ(std::rename((control + ".new").c_str(), control.c_str()), 0);
 }
 
+// Posts a receive for each of `count` messages in turn (message i has sizeOf(i) bytes and the
+// pattern of i), each followed by a tail of sentinels, waits for all of them and checks every
+// byte and the sizes test() reported.
+void receiveEachAndVerify(Peer& peer, void* comm, int count,
+                          const std::function<int(int)>& sizeOf) {
+  std::vector<size_t> offsets(count + 1, 0);
+  for (int i = 0; i < count; ++i) offsets[i + 1] = offsets[i] + sizeOf(i) + kTail;
+  HostBuffer buffer(offsets[count]);
+  memset(buffer.data(), 0xA5, buffer.size());
+  void* mh;
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+  std::vector<void*> requests(count);
+  for (int i = 0; i < count; ++i) {
+    ASSERT_NO_FATAL_FAILURE(
+        postRecv(peer, comm, buffer.data() + offsets[i], sizeOf(i), kTag, mh, &requests[i]));
+  }
+  std::vector<int> got;
+  ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &got));
+  for (int i = 0; i < count; ++i) {
+    SCOPED_TRACE("message " + std::to_string(i) + " of " + std::to_string(sizeOf(i)) + " B");
+    EXPECT_EQ(got[i], sizeOf(i));
+    EXPECT_TRUE(verifyPattern(buffer.data() + offsets[i], sizeOf(i), i));
+    EXPECT_TRUE(verifySentinel(buffer.data() + offsets[i] + sizeOf(i), kTail));
+  }
+  dereg(peer, comm, mh);
+}
+
 // Mends NIC 1's link again (an empty control file: no NIC is down).
 void mendLinkOfNic1(const std::string& control) {
   FILE* file = std::fopen((control + ".new").c_str(), "w");
@@ -601,28 +629,9 @@ TEST(Multirail, ARailWhosePathBreaksIsLeftOutAndNoMessageIsLost) {
   auto receiver = [&](Peer& peer) {
     void *listen, *comm;
     ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    std::vector<size_t> offsets(kMessages + 1, 0);
-    for (int i = 0; i < kMessages; ++i) offsets[i + 1] = offsets[i] + sizeOf(i) + kTail;
-    HostBuffer buffer(offsets[kMessages]);
-    memset(buffer.data(), 0xA5, buffer.size());
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
-    std::vector<void*> requests(kMessages);
-    for (int i = 0; i < kMessages; ++i) {
-      ASSERT_NO_FATAL_FAILURE(
-          postRecv(peer, comm, buffer.data() + offsets[i], sizeOf(i), kTag, mh, &requests[i]));
-    }
-    std::vector<int> got;
-    ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &got));
-    for (int i = 0; i < kMessages; ++i) {
-      SCOPED_TRACE("message " + std::to_string(i) + " of " + std::to_string(sizeOf(i)) + " B");
-      EXPECT_EQ(got[i], sizeOf(i));
-      EXPECT_TRUE(verifyPattern(buffer.data() + offsets[i], sizeOf(i), i));
-      EXPECT_TRUE(verifySentinel(buffer.data() + offsets[i] + sizeOf(i), kTail));
-    }
+    ASSERT_NO_FATAL_FAILURE(receiveEachAndVerify(peer, comm, kMessages, sizeOf));
     // The message in flight when the link broke, and no later one: they left the rail out.
     EXPECT_EQ(sharesWrittenAgain(peer), 1);
-    dereg(peer, comm, mh);
     closeRecv(peer, comm);
     closeListen(peer, listen);
   };
@@ -704,28 +713,9 @@ TEST(Multirail, ARailWhoseLinkIsMendedCarriesDataAgain) {
   auto receiver = [&](Peer& peer) {
     void *listen, *comm;
     ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    std::vector<size_t> offsets(kMessages + 1, 0);
-    for (int i = 0; i < kMessages; ++i) offsets[i + 1] = offsets[i] + sizeOf(i) + kTail;
-    HostBuffer buffer(offsets[kMessages]);
-    memset(buffer.data(), 0xA5, buffer.size());
-    void* mh;
-    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
-    std::vector<void*> requests(kMessages);
-    for (int i = 0; i < kMessages; ++i) {
-      ASSERT_NO_FATAL_FAILURE(
-          postRecv(peer, comm, buffer.data() + offsets[i], sizeOf(i), kTag, mh, &requests[i]));
-    }
-    std::vector<int> got;
-    ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &got));
-    for (int i = 0; i < kMessages; ++i) {
-      SCOPED_TRACE("message " + std::to_string(i) + " of " + std::to_string(sizeOf(i)) + " B");
-      EXPECT_EQ(got[i], sizeOf(i));
-      EXPECT_TRUE(verifyPattern(buffer.data() + offsets[i], sizeOf(i), i));
-      EXPECT_TRUE(verifySentinel(buffer.data() + offsets[i] + sizeOf(i), kTail));
-    }
+    ASSERT_NO_FATAL_FAILURE(receiveEachAndVerify(peer, comm, kMessages, sizeOf));
     // One share in flight at each break.
     EXPECT_EQ(sharesWrittenAgain(peer), 2);
-    dereg(peer, comm, mh);
     closeRecv(peer, comm);
     closeListen(peer, listen);
   };

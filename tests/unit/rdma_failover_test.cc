@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -21,77 +22,140 @@
 namespace nnf::test {
 namespace {
 
+// The first seed of a test's runs (NNF_FAKE_FABRIC_SEED explores others).
+uint64_t firstSeed(uint64_t fallback) {
+  const char* text = getenv("NNF_FAKE_FABRIC_SEED");
+  return text != nullptr ? strtoull(text, nullptr, 10) : fallback;
+}
+
+// One run of a failover test: the devices of 2 rails (4 on odd seeds), a rail other than the
+// leader picked to fail, and traffic on two comm pairs between them. Every write completes once
+// its target took it, as on efa. Checks, when it ends, that every message landed once, whole,
+// with its size, that no send failed but truncating ones, that the rail's WARN came once, and
+// that closing leaves nothing held.
+class FailoverRun {
+ public:
+  static constexpr size_t kPairs = 2;
+
+  // `adjust` changes the fabric's and the plugin's options before the plugin starts.
+  FailoverRun(uint64_t seed, const std::function<void(FakePlugin::Options&)>& adjust)
+      : family_(familyOf(seed)),
+        pick_(seed),
+        failing_(1 + pick_() % (family_.rails - 1)),
+        trace_(__FILE__, __LINE__,
+               "seed " + std::to_string(seed) + ", rail " + std::to_string(failing_) + " of " +
+                   std::to_string(family_.rails)),
+        seed_(seed),
+        fake_(optionsFor(seed, adjust)) {
+    fake_.fabric().onFailedWrite([this](uint64_t data) {
+      eagerFailed_ += protocol::rdma::decode(data).kind == protocol::rdma::ImmKind::kEager;
+    });
+    for (FakePlugin::Pair& pair : pairs_) connected_ = connected_ && fake_.connect(&pair);
+  }
+
+  // Whether both pairs connected (the test ends otherwise).
+  bool connected() const { return connected_; }
+  FakePlugin& fake() { return fake_; }
+  FakeFabric& fabric() { return fake_.fabric(); }
+  size_t failing() const { return failing_; }
+  std::mt19937_64& pick() { return pick_; }
+  uint64_t eagerFailed() const { return eagerFailed_; }
+
+  // Runs `messages` over the pairs (`largePerMille` striped ones; only small ones with `small`),
+  // calling `eachStep` with the messages ended so far every `every` steps.
+  void drive(uint64_t messages, uint32_t largePerMille, bool small, uint64_t every,
+             const std::function<void(uint64_t ended)>& eachStep) {
+    messages_ = messages / kPairs * kPairs;
+    std::vector<std::unique_ptr<Traffic>> traffic;
+    for (size_t i = 0; i < kPairs; ++i) {
+      traffic.push_back(std::make_unique<Traffic>(
+          fake_, pairs_[i], seed_ * 10 + i, messages / kPairs, family_.eagerBytes, largePerMille));
+      if (small) traffic.back()->keepSmall();
+    }
+    uint64_t step = 0;
+    driveTraffic(fake_, traffic, pick_, [&] {
+      if (++step % every == 0) eachStep(messagesEnded(traffic));
+    });
+    for (const auto& t : traffic) {
+      total_.messages += t->counts().messages;
+      total_.truncated += t->counts().truncated;
+      total_.sendsFailed += t->counts().sendsFailed;
+    }
+  }
+
+  void expectEveryMessageOnce() {
+    for (const FakePlugin::Pair& pair : pairs_) {
+      EXPECT_EQ(fake_.closeSend(pair.send), abi::kSuccess);
+      EXPECT_EQ(fake_.closeRecv(pair.recv), abi::kSuccess);
+    }
+    EXPECT_TRUE(fake_.nothingHeld());
+    EXPECT_EQ(total_.messages + total_.truncated, messages_);
+    EXPECT_LE(total_.sendsFailed, total_.truncated);
+    EXPECT_EQ(warnings_.others(), 1) << "the rail's first failure is named, and nothing else";
+  }
+
+ private:
+  static FakeFamily familyOf(uint64_t seed) {
+    FakeFamily family = fakeFamilies()[3];  // efa, rdma, 2 rails
+    if (seed % 2 == 1) family.rails = 4;
+    return family;
+  }
+  FakePlugin::Options optionsFor(uint64_t seed,
+                                 const std::function<void(FakePlugin::Options&)>& adjust) {
+    FakePlugin::Options options = fakeOptions(family_, seed);
+    options.fabric.earlyCompletionOneIn = 0;  // efa: a write completes once the target took it
+    if (adjust) adjust(options);
+    return options;
+  }
+
+  FakeFamily family_;
+  std::mt19937_64 pick_;
+  size_t failing_;
+  ::testing::ScopedTrace trace_;
+  uint64_t seed_;
+  WarnCounter warnings_;  // before the plugin: it hears every WARN
+  FakePlugin fake_;
+  FakePlugin::Pair pairs_[kPairs];
+  bool connected_ = true;
+  uint64_t messages_ = 0;
+  uint64_t eagerFailed_ = 0;
+  TrafficCounts total_;
+};
+
 // Rail failover over the fabric (issue 27, docs/architecture.md "A rail that fails"): a rail
 // other than the leader, of two or of four, fails at a random point of a mixed run (every
-// device's, as a NIC plane), 40 runs of their own seeds, and from then on
-// what lands over it fails, a quarter of it after landing all the same (the acknowledgement
-// lost: the receiver may count a segment the sender is told failed). Every message must still
-// land once, whole, in its own buffer with its size: a share counted twice completes a buffer
-// before its last bytes (the pattern check fails) or makes a segment invalid (the receive never
-// ends), a share lost leaves a receive waiting. No send fails but the truncating ones, the rail's
-// WARN comes once, and closing leaves nothing held. One message in 25 is striped and of many
-// segments (a share may land in part); more would exhaust the driver's 6 large buffers. Eager
-// messages fail too (written again into their bounce entry, taken once however often they land).
+// device's, as a NIC plane), 40 runs of their own seeds, and from then on what lands over it
+// fails, a quarter of it after landing all the same (the acknowledgement lost: the receiver may
+// count a segment the sender is told failed; in a quarter of the runs it reads such a write only
+// after the sender's question about it). Every message must still land once, whole, in its own
+// buffer with its size: a share counted twice completes a buffer before its last bytes (the
+// pattern check fails) or makes a segment invalid (the receive never ends), a share lost leaves
+// a receive waiting. One message in 25 is striped and of many segments (a share may land in
+// part); more would exhaust the driver's 6 large buffers. Eager messages fail too (written again
+// into their bounce entry, taken once however often they land).
 TEST(RdmaFailoverOverFakeFabric, ARailThatFailsMidRunLosesAndDoublesNothing) {
-  const char* seedText = getenv("NNF_FAKE_FABRIC_SEED");
-  const uint64_t firstSeed = seedText != nullptr ? strtoull(seedText, nullptr, 10) : 21;
   constexpr int kSeeds = 40;
+  const uint64_t first = firstSeed(21);
   uint64_t failed = 0, failedLanded = 0, eagerFailed = 0;
-  for (uint64_t seed = firstSeed; seed < firstSeed + kSeeds; ++seed) {
-    FakeFamily family = fakeFamilies()[3];
-    ASSERT_EQ(family.rails, 2u);
-    if (seed % 2 == 1) family.rails = 4;
-    std::mt19937_64 pick(seed);
-    const size_t failing = 1 + pick() % (family.rails - 1);
-    SCOPED_TRACE("seed " + std::to_string(seed) + ", rail " + std::to_string(failing) + " of " +
-                 std::to_string(family.rails));
-    WarnCounter warnings;
-    FakePlugin::Options options = fakeOptions(family, seed);
-    options.fabric.earlyCompletionOneIn = 0;  // efa: a write completes once the target took it
-    // A quarter of the runs: what landed all the same is read only after the question about it.
-    options.fabric.failedLandedAfterQuestion = seed % 4 == 3;
-    FakePlugin fake(options);
-    fake.fabric().onFailedWrite([&eagerFailed](uint64_t data) {
-      eagerFailed += protocol::rdma::decode(data).kind == protocol::rdma::ImmKind::kEager;
+  for (uint64_t seed = first; seed < first + kSeeds; ++seed) {
+    FailoverRun run(seed, [seed](FakePlugin::Options& options) {
+      options.fabric.failedLandedAfterQuestion = seed % 4 == 3;
     });
-    constexpr size_t kPairs = 2;
-    FakePlugin::Pair pairs[kPairs];
-    for (FakePlugin::Pair& pair : pairs) ASSERT_TRUE(fake.connect(&pair));
+    ASSERT_TRUE(run.connected());
     const uint64_t messages = messagesToRun() / kSeeds;
-    const uint64_t failAt = messages / 5 + pick() % (messages * 3 / 5);
-    TrafficCounts total;
-    {
-      std::vector<std::unique_ptr<Traffic>> traffic;
-      for (size_t i = 0; i < kPairs; ++i) {
-        traffic.push_back(std::make_unique<Traffic>(fake, pairs[i], seed * 10 + i,
-                                                    messages / kPairs, family.eagerBytes,
-                                                    /*largePerMille=*/40));
-      }
-      bool railFailed = false;
-      uint64_t step = 0;
-      driveTraffic(fake, traffic, pick, [&] {
-        if (railFailed || ++step % 64 != 0 || messagesEnded(traffic) < failAt) return;
-        fake.fabric().failRail(failing, 4);
-        railFailed = true;
-      });
-      if (HasFatalFailure()) return;
-      ASSERT_TRUE(railFailed);
-      for (const auto& t : traffic) {
-        total.messages += t->counts().messages;
-        total.truncated += t->counts().truncated;
-        total.sendsFailed += t->counts().sendsFailed;
-      }
-    }
-    for (const FakePlugin::Pair& pair : pairs) {
-      EXPECT_EQ(fake.closeSend(pair.send), abi::kSuccess);
-      EXPECT_EQ(fake.closeRecv(pair.recv), abi::kSuccess);
-    }
-    EXPECT_TRUE(fake.nothingHeld());
-    EXPECT_EQ(total.messages + total.truncated, messages / kPairs * kPairs);
-    EXPECT_LE(total.sendsFailed, total.truncated);
-    EXPECT_EQ(warnings.others(), 1) << "the rail's failure is named once, and nothing else";
-    failed += fake.fabric().stats().failed;
-    failedLanded += fake.fabric().stats().failedLanded;
+    const uint64_t failAt = messages / 5 + run.pick()() % (messages * 3 / 5);
+    bool railFailed = false;
+    run.drive(messages, /*largePerMille=*/40, false, 64, [&](uint64_t ended) {
+      if (railFailed || ended < failAt) return;
+      run.fabric().failRail(run.failing(), 4);
+      railFailed = true;
+    });
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(railFailed);
+    run.expectEveryMessageOnce();
+    failed += run.fabric().stats().failed;
+    failedLanded += run.fabric().stats().failedLanded;
+    eagerFailed += run.eagerFailed();
   }
   printf(
       "[ failover ] %d seeds: %llu writes failed by the rail, %llu of them landed all the same; "
@@ -112,84 +176,48 @@ TEST(RdmaFailoverOverFakeFabric, ARailThatFailsMidRunLosesAndDoublesNothing) {
 // on it within a few probe intervals of fake time (NCCL_FABRIC_RAIL_PROBE_MS=1 here), and no
 // message is lost or doubled across the two changes. The WARN comes once (the rejoin is INFO).
 TEST(RdmaFailoverOverFakeFabric, ARailThatComesBackCarriesDataAgain) {
-  const char* seedText = getenv("NNF_FAKE_FABRIC_SEED");
-  const uint64_t firstSeed = seedText != nullptr ? strtoull(seedText, nullptr, 10) : 61;
   constexpr int kSeeds = 20;
+  const uint64_t first = firstSeed(61);
   uint64_t failedReads = 0, worstRejoinNs = 0;
-  for (uint64_t seed = firstSeed; seed < firstSeed + kSeeds; ++seed) {
-    FakeFamily family = fakeFamilies()[3];
-    ASSERT_EQ(family.rails, 2u);
-    if (seed % 2 == 1) family.rails = 4;
-    std::mt19937_64 pick(seed);
-    const size_t failing = 1 + pick() % (family.rails - 1);
-    SCOPED_TRACE("seed " + std::to_string(seed) + ", rail " + std::to_string(failing) + " of " +
-                 std::to_string(family.rails));
-    WarnCounter warnings;
-    FakePlugin::Options options = fakeOptions(family, seed);
-    options.fabric.earlyCompletionOneIn = 0;
-    options.settings["NCCL_FABRIC_EAGER_MAX"] = "0";
-    options.settings["NCCL_FABRIC_RAIL_PROBE_MS"] = "1";
-    // A slower clock (up to 50 us a tick): the run spans many probe intervals and keeper turns.
-    options.fabric.tickNs = 50000;
-    FakePlugin fake(options);
-    constexpr size_t kPairs = 2;
-    FakePlugin::Pair pairs[kPairs];
-    for (FakePlugin::Pair& pair : pairs) ASSERT_TRUE(fake.connect(&pair));
+  for (uint64_t seed = first; seed < first + kSeeds; ++seed) {
+    FailoverRun run(seed, [](FakePlugin::Options& options) {
+      options.settings["NCCL_FABRIC_RAIL_PROBE_MS"] = "1";
+      // A slower clock (up to 50 us a tick): the run spans many probe intervals and keeper turns.
+      options.fabric.tickNs = 50000;
+    });
+    ASSERT_TRUE(run.connected());
+    const size_t failing = run.failing();
     const uint64_t messages = messagesToRun() / 2 / kSeeds;
-    const uint64_t failAt = messages / 5 + pick() % (messages / 5);
+    const uint64_t failAt = messages / 5 + run.pick()() % (messages / 5);
     const uint64_t restoreAt = failAt + messages / 5;
     uint64_t writesBeforeRestore = 0;
-    TrafficCounts total;
-    {
-      std::vector<std::unique_ptr<Traffic>> traffic;
-      for (size_t i = 0; i < kPairs; ++i) {
-        traffic.push_back(std::make_unique<Traffic>(fake, pairs[i], seed * 10 + i,
-                                                    messages / kPairs, family.eagerBytes,
-                                                    /*largePerMille=*/40));
+    int phase = 0;  // 0: every rail up, 1: the rail down, 2: back
+    run.drive(messages, /*largePerMille=*/40, false, 64, [&](uint64_t ended) {
+      if (phase == 0 && ended >= failAt) {
+        run.fabric().failRail(failing, 4);
+        phase = 1;
+      } else if (phase == 1 && ended >= restoreAt) {
+        EXPECT_NE(run.fake().device(0).railHealth().state(failing), core::RailState::kUp)
+            << "the rail rejoined while it was down";
+        writesBeforeRestore = run.fabric().stats().writesByRail[failing];
+        run.fabric().restoreRail(failing);
+        phase = 2;
       }
-      int phase = 0;  // 0: every rail up, 1: the rail down, 2: back
-      uint64_t step = 0;
-      driveTraffic(fake, traffic, pick, [&] {
-        if (phase == 2 || ++step % 64 != 0) return;
-        uint64_t ended = messagesEnded(traffic);
-        if (phase == 0 && ended >= failAt) {
-          fake.fabric().failRail(failing, 4);
-          phase = 1;
-        } else if (phase == 1 && ended >= restoreAt) {
-          EXPECT_EQ(fake.device(0).railHealth().state(failing) == core::RailState::kUp, false)
-              << "the rail rejoined while it was down";
-          writesBeforeRestore = fake.fabric().stats().writesByRail[failing];
-          fake.fabric().restoreRail(failing);
-          phase = 2;
-        }
-      });
-      if (HasFatalFailure()) return;
-      ASSERT_EQ(phase, 2);
-      for (const auto& t : traffic) {
-        total.messages += t->counts().messages;
-        total.truncated += t->counts().truncated;
-        total.sendsFailed += t->counts().sendsFailed;
-      }
-    }
-    const FakeStats& stats = fake.fabric().stats();
-    EXPECT_EQ(fake.device(0).railHealth().state(failing), core::RailState::kUp);
+    });
+    if (HasFatalFailure()) return;
+    ASSERT_EQ(phase, 2);
+    const FakeStats& stats = run.fabric().stats();
+    EXPECT_EQ(run.fake().device(0).railHealth().state(failing), core::RailState::kUp);
     EXPECT_GT(stats.writesByRail[failing], writesBeforeRestore) << "nothing went on it again";
     ASSERT_NE(stats.firstWriteAfterRestoreNs, 0u)
-        << "no write left on the rail in the " << (fake.fabric().nowNs() - stats.restoredAtNs) / 1e6
+        << "no write left on the rail in the " << (run.fabric().nowNs() - stats.restoredAtNs) / 1e6
         << " ms (fake time) after it was back";
     uint64_t rejoinNs = stats.firstWriteAfterRestoreNs - stats.restoredAtNs;
     // The probe is due 1 ms after the failure; the keeper looks every 1 to 16 ms.
     EXPECT_LT(rejoinNs, uint64_t{40000000}) << "the rail took long to carry data again";
     worstRejoinNs = std::max(worstRejoinNs, rejoinNs);
     failedReads += stats.failedReads;
-    for (const FakePlugin::Pair& pair : pairs) {
-      EXPECT_EQ(fake.closeSend(pair.send), abi::kSuccess);
-      EXPECT_EQ(fake.closeRecv(pair.recv), abi::kSuccess);
-    }
-    EXPECT_TRUE(fake.nothingHeld());
-    EXPECT_EQ(total.messages + total.truncated, messages / kPairs * kPairs);
-    EXPECT_LE(total.sendsFailed, total.truncated);
-    EXPECT_EQ(warnings.others(), 1) << "the rail's failure is named once, and nothing else";
+    run.expectEveryMessageOnce();
   }
   printf(
       "[ failover ] %d seeds: %llu probes failed while the rail was down; the slowest "
@@ -206,83 +234,45 @@ TEST(RdmaFailoverOverFakeFabric, ARailThatComesBackCarriesDataAgain) {
 // two). Every message lands once, whole, with its size; the rail's WARN comes once (its later
 // failures are INFO lines).
 TEST(RdmaFailoverOverFakeFabric, EagerMessagesOnARailThatKeepsFailingLandOnce) {
-  const char* seedText = getenv("NNF_FAKE_FABRIC_SEED");
-  const uint64_t firstSeed = seedText != nullptr ? strtoull(seedText, nullptr, 10) : 81;
   constexpr int kSeeds = 20;
-  constexpr int kBreaks = 8;
+  constexpr uint64_t kBreaks = 8;
+  const uint64_t first = firstSeed(81);
   uint64_t eagerFailed = 0, failedLanded = 0;
-  for (uint64_t seed = firstSeed; seed < firstSeed + kSeeds; ++seed) {
-    FakeFamily family = fakeFamilies()[3];
-    ASSERT_EQ(family.rails, 2u);
-    if (seed % 2 == 1) family.rails = 4;
-    std::mt19937_64 pick(seed);
-    const size_t failing = 1 + pick() % (family.rails - 1);
-    SCOPED_TRACE("seed " + std::to_string(seed) + ", rail " + std::to_string(failing) + " of " +
-                 std::to_string(family.rails));
-    WarnCounter warnings;
-    FakePlugin::Options options = fakeOptions(family, seed);
-    options.fabric.earlyCompletionOneIn = 0;
-    options.fabric.failedLandedAfterQuestion = (seed / 2) % 2 == 0;
-    options.fabric.tickNs = 50000;
-    options.fabric.maxDelay = 24;  // more writes in flight when the rail breaks
-    options.fabric.longDelayOneIn = 4;
-    options.settings["NCCL_FABRIC_RAIL_PROBE_MS"] = "1";
-    FakePlugin fake(options);
-    fake.fabric().onFailedWrite([&eagerFailed](uint64_t data) {
-      eagerFailed += protocol::rdma::decode(data).kind == protocol::rdma::ImmKind::kEager;
+  for (uint64_t seed = first; seed < first + kSeeds; ++seed) {
+    FailoverRun run(seed, [seed](FakePlugin::Options& options) {
+      options.fabric.failedLandedAfterQuestion = (seed / 2) % 2 == 0;
+      options.fabric.tickNs = 50000;
+      options.fabric.maxDelay = 24;  // more writes in flight when the rail breaks
+      options.fabric.longDelayOneIn = 4;
+      options.settings["NCCL_FABRIC_RAIL_PROBE_MS"] = "1";
     });
-    constexpr size_t kPairs = 2;
-    FakePlugin::Pair pairs[kPairs];
-    for (FakePlugin::Pair& pair : pairs) ASSERT_TRUE(fake.connect(&pair));
+    ASSERT_TRUE(run.connected());
     const uint64_t messages = messagesToRun() / 2 / kSeeds;
     const uint64_t period = messages / (kBreaks + 1);
-    TrafficCounts total;
-    {
-      std::vector<std::unique_ptr<Traffic>> traffic;
-      for (size_t i = 0; i < kPairs; ++i) {
-        traffic.push_back(std::make_unique<Traffic>(fake, pairs[i], seed * 10 + i,
-                                                    messages / kPairs, family.eagerBytes));
-        traffic.back()->keepSmall();
+    int breaks = 0;
+    bool down = false;
+    run.drive(messages, 0, /*small=*/true, 16, [&](uint64_t ended) {
+      // Down from the middle of each period to its end.
+      bool due = ended % period >= period / 2 && ended / period < kBreaks;
+      if (due && !down) {
+        run.fabric().failRail(run.failing(), 2);
+        down = true;
+        ++breaks;
+      } else if (!due && down) {
+        run.fabric().restoreRail(run.failing());
+        down = false;
       }
-      int breaks = 0;
-      bool down = false;
-      uint64_t step = 0;
-      driveTraffic(fake, traffic, pick, [&] {
-        if (++step % 16 != 0) return;
-        uint64_t ended = messagesEnded(traffic);
-        // Down from the middle of each period to its end.
-        bool due = ended % period >= period / 2 && ended / period < kBreaks;
-        if (due && !down) {
-          fake.fabric().failRail(failing, 2);
-          down = true;
-          ++breaks;
-        } else if (!due && down) {
-          fake.fabric().restoreRail(failing);
-          down = false;
-        }
-      });
-      if (HasFatalFailure()) return;
-      EXPECT_GE(breaks, 2);
-      for (const auto& t : traffic) {
-        total.messages += t->counts().messages;
-        total.truncated += t->counts().truncated;
-        total.sendsFailed += t->counts().sendsFailed;
-      }
-    }
-    failedLanded += fake.fabric().stats().failedLanded;
-    for (const FakePlugin::Pair& pair : pairs) {
-      EXPECT_EQ(fake.closeSend(pair.send), abi::kSuccess);
-      EXPECT_EQ(fake.closeRecv(pair.recv), abi::kSuccess);
-    }
-    EXPECT_TRUE(fake.nothingHeld());
-    EXPECT_EQ(total.messages + total.truncated, messages / kPairs * kPairs);
-    EXPECT_LE(total.sendsFailed, total.truncated);
-    EXPECT_EQ(warnings.others(), 1) << "the rail's first failure is named, and nothing else";
+    });
+    if (HasFatalFailure()) return;
+    EXPECT_GE(breaks, 2);
+    failedLanded += run.fabric().stats().failedLanded;
+    eagerFailed += run.eagerFailed();
+    run.expectEveryMessageOnce();
   }
   printf(
       "[ failover ] %d seeds, %d breaks each: %llu eager writes failed by the rail; %llu "
-      "writes landed all the same\n",
-      kSeeds, kBreaks, static_cast<unsigned long long>(eagerFailed),
+      "transfers landed all the same\n",
+      kSeeds, static_cast<int>(kBreaks), static_cast<unsigned long long>(eagerFailed),
       static_cast<unsigned long long>(failedLanded));
   EXPECT_GT(eagerFailed, 0u);
 }

@@ -288,6 +288,10 @@ table() {
   mutant rail-probe-error-ignored src/core/device.cc \
     '  if (error != 0) {' '  if (false) {' \
     rdma_failover_test 'RdmaFailover*ComesBack*' -
+  mutant keeper-turns-for-down-rail src/core/progress_keeper.cc \
+    '        intervalNs_ = std::clamp(probeWaitNs, kTurnNs, kLongestProbeWaitNs);' \
+    '        intervalNs_ = kTurnNs;' \
+    keeper_test 'KeeperWithADownRail*' -
   # Eager messages on a failed rail (issue 27): asked about by entry and generation, written
   # again, and taken once however often they land.
   mutant eager-recovery-off src/protocol/rdma_send_recovery.cc \

@@ -229,15 +229,15 @@ int Device::speedWith(size_t rails) const {
                           static_cast<int64_t>(railCount_));
 }
 
-bool Device::probeRails() {
-  if (railProbe_ == nullptr || railHealth_.allUp()) return false;
+uint64_t Device::probeRails() {
+  if (railProbe_ == nullptr || railHealth_.allUp()) return UINT64_MAX;
   uint64_t now = nowNs();
   for (int rail = railHealth_.takeDueProbe(now); rail >= 0; rail = railHealth_.takeDueProbe(now)) {
     if (!railProbe_->post(static_cast<size_t>(rail))) {
       railHealth_.probeFailed(static_cast<size_t>(rail), now);
     }
   }
-  return true;
+  return railHealth_.nextProbeInNs(now);
 }
 
 void Device::onProbeEnded(size_t rail, int error, const char* text) {

@@ -140,6 +140,9 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
     noteHandedOver();
     return engine_->post(op);
   }
+  // Posts `op` for the keeper itself (a rail probe, posted from its turn): not a hand-over that
+  // wakes it, as the keeper reads its answer on its own.
+  abi::Result postFromKeeper(Operation& op) { return engine_->post(op); }
   void unqueue(Operation& op) { engine_->unqueue(op); }
   // Asks the provider of `op`'s rail to cancel it (a completion, with FI_ECANCELED, follows).
   void cancel(Operation& op) { engine_->cancel(op); }
@@ -186,6 +189,7 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   // Unit tests: the device's keeper runs only when the test turns it (ProgressKeeper).
   void driveKeeperManually() { keeper_->driveManually(); }
   void turnKeeperIfDue() { keeper_->turnIfDue(); }
+  uint64_t keeperTurns() const { return keeper_->turns(); }
   // Comms closed whose operations the provider still holds (or whose close waits on them).
   size_t closingCount() const { return closing_.size(); }
   // For the keeper: operations handed to the engine so far, whether some wait in it for room,
@@ -193,9 +197,9 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   uint64_t handedOverCount() const { return handedOver_; }
   bool engineHoldsWaiting() const { return engine_->holdsWaiting(); }
   void keeperWentIdle() { keeperArmed_ = false; }
-  // For the keeper: posts the probes of down rails that are due; true while a rail is down and
-  // will be probed (the keeper keeps turning for it).
-  bool probeRails();
+  // For the keeper: posts the probes of down rails that are due; how long until it should look
+  // again for them (0: a probe is in flight), UINT64_MAX when no rail waits for a probe.
+  uint64_t probeRails();
   // A rail probe ended (RailProbe): error 0, the rail rejoins; else it stays down.
   void onProbeEnded(size_t rail, int error, const char* text);
   // Comms the device holds, open or closing.

@@ -19,6 +19,9 @@ constexpr uint64_t kTurnNs = 1000000;
 // While other threads progress the device the keeper is not needed: it looks less often, up to
 // this interval (the longest a receiver waits once our application stops calling).
 constexpr uint64_t kLongestTurnNs = 16 * kTurnNs;
+// With nothing but a down rail to look after, the keeper sleeps until its probe is due, at most
+// this long (a probe interval set longer is still kept, one turn late at most).
+constexpr uint64_t kLongestProbeWaitNs = 1000 * kTurnNs;
 }  // namespace
 
 ProgressKeeper::ProgressKeeper(Device& device, uint64_t idleNs)
@@ -49,6 +52,9 @@ void ProgressKeeper::wake() {
   if (stop_) return;
   lastActivityNs_ = device_.nowNs();
   active_ = true;
+  // Out of a long sleep for a down rail's probe: look within a turn again.
+  intervalNs_ = kTurnNs;
+  kicked_ = true;
   if (manual_) return;
   if (!thread_.joinable()) {
     try {
@@ -74,7 +80,9 @@ void ProgressKeeper::run() {
       wakeUp_.wait(lock, [this] { return stop_ || active_; });
       continue;
     }
-    wakeUp_.wait_for(lock, std::chrono::nanoseconds(intervalNs_), [this] { return stop_; });
+    kicked_ = false;
+    wakeUp_.wait_for(lock, std::chrono::nanoseconds(intervalNs_),
+                     [this] { return stop_ || kicked_; });
     if (stop_) break;
     lock.unlock();
     turn();
@@ -95,16 +103,18 @@ void ProgressKeeper::turnIfDue() {
 void ProgressKeeper::turn() {
   Device& device = device_;
   if (!device.domainLock().try_lock()) return;  // someone is progressing right now
+  ++turns_;
   bool othersProgressed = progressCalls_ != seenCalls_;
   if (!othersProgressed) device.progress();
   seenCalls_ = progressCalls_;
   // What renews the keeper's time: operations handed over, closes begun or ended, late messages
   // drained; what keeps it going regardless: comms still closing, operations waiting for room.
+  // A rail that is down is probed from here (its probe, when due, is posted now, and is not
+  // activity: Device::postFromKeeper).
+  uint64_t probeWaitNs = device.probeRails();
   uint64_t activity =
       device.handedOverCount() + device.drains().discarded() + device.closingCount();
-  // A rail that is down is probed from here (its probe, when due, is posted now).
-  bool probing = device.probeRails();
-  bool needed = device.closingCount() > 0 || device.engineHoldsWaiting() || probing;
+  bool needed = device.closingCount() > 0 || device.engineHoldsWaiting();
   bool renewed = activity != seenActivity_ || needed;
   seenActivity_ = activity;
   uint64_t now = device.nowNs();
@@ -115,9 +125,16 @@ void ProgressKeeper::turn() {
     // Decided under both locks: a hand-over after this wakes the keeper again (the device lock
     // orders it after keeperWentIdle), a close or a debt meanwhile renewed lastActivityNs_.
     if (now - lastActivityNs_ >= idleNs_) {
-      active_ = false;
-      intervalNs_ = kTurnNs;
-      device.keeperWentIdle();
+      if (probeWaitNs != UINT64_MAX) {
+        // Only a down rail keeps it: it looks when the rail's probe is due, or every
+        // millisecond while a probe is in flight (nobody else may read its answer).
+        intervalNs_ = std::clamp(probeWaitNs, kTurnNs, kLongestProbeWaitNs);
+        device.keeperWentIdle();  // the next hand-over wakes it (wake() cuts the sleep short)
+      } else {
+        active_ = false;
+        intervalNs_ = kTurnNs;
+        device.keeperWentIdle();
+      }
     }
   }
   device.domainLock().unlock();

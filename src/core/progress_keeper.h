@@ -11,7 +11,9 @@
 //     send the socket has not taken; a packet the target had no buffer for, RNR, which efa sends
 //     again), and an injected send is done for NCCL at once: its receiver would wait until this
 //     device's next call;
-//   - a rail that went down is probed until it works again (Device::probeRails), whoever calls.
+//   - a rail that went down is probed until it works again (Device::probeRails), whoever calls;
+//     with nothing else to look after the keeper then sleeps until the next probe is due (at
+//     most 1 s), and the next hand-over wakes it at once.
 // So the device wakes its keeper on a close, on such a debt, and on the first operation it hands
 // the engine after the keeper went idle; the keeper's thread then progresses the device in every
 // millisecond in which no other thread did, until nothing is closing or waiting in the engine and
@@ -54,6 +56,8 @@ class ProgressKeeper {
   // Progress calls so far: the device counts its own, so that the keeper sees whether another
   // thread progressed meanwhile (device lock held).
   void noteProgress() { ++progressCalls_; }
+  // Turns taken so far (device lock held, or manual mode): tests count them.
+  uint64_t turns() const { return turns_; }
 
  private:
   void run();
@@ -65,6 +69,7 @@ class ProgressKeeper {
   Device& device_;
   const uint64_t idleNs_;
   uint64_t progressCalls_ = 0;   // device lock
+  uint64_t turns_ = 0;           // device lock
   uint64_t seenCalls_ = 0;       // device lock
   uint64_t seenActivity_ = 0;    // device lock
   uint64_t lastActivityNs_ = 0;  // keeper mutex
@@ -72,6 +77,7 @@ class ProgressKeeper {
   std::mutex mutex_;
   std::condition_variable wakeUp_;
   bool active_ = false;
+  bool kicked_ = false;  // woken during a turn's wait: the wait ends
   bool stop_ = false;
   bool manual_ = false;
   uint64_t lastTurnNs_ = 0;  // manual mode

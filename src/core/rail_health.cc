@@ -3,6 +3,7 @@
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "log/assert.h"
 
@@ -58,6 +59,18 @@ int RailHealth::takeDueProbe(uint64_t nowNs) {
     }
   }
   return -1;
+}
+
+uint64_t RailHealth::nextProbeInNs(uint64_t nowNs) const {
+  uint64_t wait = UINT64_MAX;
+  if (probeIntervalNs_ == 0 || allUp()) return wait;
+  for (size_t rail = 0; rail < rails_; ++rail) {
+    if (state(rail) == RailState::kProbing) return 0;
+    if (state(rail) == RailState::kDown) {
+      wait = std::min(wait, nextProbeNs_[rail] > nowNs ? nextProbeNs_[rail] - nowNs : 0);
+    }
+  }
+  return wait;
 }
 
 void RailHealth::probeSucceeded(size_t rail, uint64_t nowNs) {

@@ -61,6 +61,9 @@ class RailHealth {
   // A down rail whose probe is due at `nowNs` (marked kProbing: the caller posts its probe), or
   // -1 when none is.
   int takeDueProbe(uint64_t nowNs);
+  // How long from `nowNs` until a down rail's probe is due (0: one is due, or a probe is in
+  // flight); UINT64_MAX when no rail waits for a probe.
+  uint64_t nextProbeInNs(uint64_t nowNs) const;
   // The probe of rail `rail` ended: it succeeded (the rail is up again) or not (down; probed
   // again one interval later).
   void probeSucceeded(size_t rail, uint64_t nowNs);

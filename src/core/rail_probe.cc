@@ -40,7 +40,7 @@ bool RailProbe::post(size_t rail) {
   op.peer = self_[rail];
   op.remoteAddress = handle_->remoteAddress(&words_[0]);
   op.remoteKey = handle_->key(rail);
-  return device_.post(op) == abi::kSuccess;
+  return device_.postFromKeeper(op) == abi::kSuccess;
 }
 
 void RailProbe::onComplete(Operation& op, size_t /*length*/) {

@@ -166,6 +166,8 @@ class FakeFabric {
   FakeEngine* engineAt(size_t id) const { return id < engines_.size() ? engines_[id] : nullptr; }
   uint64_t draw() { return random_(); }
   uint64_t nowNs() const { return clockNs_; }
+  // Time passes with nothing on the fabric moving (a test where only the keepers run).
+  void advanceClockBy(uint64_t ns) { clockNs_ += ns; }
   // Whether this post waits, held back as by a full queue.
   bool holdPost();
   // Moves `op` (posted: op.inFlight; else injected) from `source` to the peer it names (at the

@@ -5,6 +5,7 @@
 // test that device again. The fabric models that (FakeFabricOptions::departWithSourceProgress), and
 // the keepers run as their threads would (FakePlugin::turnKeepers), on both protocols.
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <ostream>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/device.h"
 #include "core/request.h"
 #include "support/fake_rdma_run.h"
 #include "support/patterns.h"
@@ -123,6 +125,83 @@ TEST_P(KeeperOverFakeFabric, TheLastSmallSendArrivesThoughItsSenderIsNeverCalled
   fake.deregisterMemory(pair.recv, recvHandle);
   EXPECT_TRUE(fake.nothingHeld());
   EXPECT_EQ(warnings.others(), 0);
+}
+
+// With nothing left to look after but a rail that is down, the keeper sleeps until the rail's
+// probe is due (NCCL_FABRIC_RAIL_PROBE_MS, here 100 ms) instead of turning every millisecond for
+// as long as the rail stays down (hours, on a NIC that is gone). Two seconds of fake time after
+// the rail failed and the traffic stopped: about 20 probes, each with a turn to post it and a
+// turn or two to read its answer, and the turns of the close bound (10 ms here) after the last
+// message; not 2,000. The device still moves a message at once afterwards.
+TEST(KeeperWithADownRail, SleepsUntilTheProbeIsDue) {
+  FakePlugin::Options options = fakeOptions(fakeFamilies()[3], 11);  // efa, rdma, 2 rails
+  ASSERT_EQ(fakeFamilies()[3].rails, 2u);
+  options.fabric.earlyCompletionOneIn = 0;
+  options.fabric.maxDelay = 1;  // a probe's answer comes at the next progress or the one after
+  options.fabric.longDelayOneIn = 0;
+  options.settings["NCCL_FABRIC_RAIL_PROBE_MS"] = "100";
+  options.settings["NCCL_FABRIC_CLOSE_TIMEOUT_MS"] = "10";
+  WarnCounter warnings;
+  FakePlugin fake(options);
+  FakePlugin::Pair pair;
+  ASSERT_TRUE(fake.connect(&pair));
+  constexpr size_t kBytes = 1 << 20;  // striped over both rails: a share on rail 1
+  std::vector<uint8_t> out(kBytes), in(kBytes);
+  void* sendHandle = fake.registerMemory(pair.send, out.data(), out.size());
+  void* recvHandle = fake.registerMemory(pair.recv, in.data(), in.size());
+  core::Plugin& plugin = fake.plugin();
+  auto transfer = [&](uint64_t message) {
+    fillPattern(out.data(), kBytes, message);
+    void* data[1] = {in.data()};
+    size_t sizes[1] = {kBytes};
+    int tags[1] = {1};
+    void* handles[1] = {recvHandle};
+    core::Request* recv = nullptr;
+    core::Request* send = nullptr;
+    for (int tries = 0; tries < 1000 && recv == nullptr; ++tries) {
+      ASSERT_EQ(plugin.irecv(pair.recv, 1, data, sizes, tags, handles, &recv), abi::kSuccess);
+    }
+    for (int tries = 0; tries < 1000 && send == nullptr; ++tries) {
+      ASSERT_EQ(plugin.isend(pair.send, out.data(), kBytes, 1, sendHandle, &send), abi::kSuccess);
+    }
+    ASSERT_NE(recv, nullptr);
+    ASSERT_NE(send, nullptr);
+    int sendDone = 0, recvDone = 0;
+    for (int step = 0; step < 1000000 && (sendDone == 0 || recvDone == 0); ++step) {
+      if (sendDone == 0) {
+        ASSERT_EQ(plugin.test(send, &sendDone, nullptr, nullptr), abi::kSuccess);
+      }
+      if (recvDone == 0) {
+        ASSERT_EQ(plugin.test(recv, &recvDone, nullptr, nullptr), abi::kSuccess);
+      }
+      fake.turnKeepers();
+    }
+    ASSERT_TRUE(sendDone == 1 && recvDone == 1) << "message " << message << " did not end";
+    EXPECT_TRUE(verifyPattern(in.data(), kBytes, message));
+  };
+  fake.fabric().failRail(1, 0);
+  ASSERT_NO_FATAL_FAILURE(transfer(1));
+  core::Device& sender = fake.device(0);
+  ASSERT_NE(sender.railHealth().state(1), core::RailState::kUp) << "the rail did not go down";
+  const uint64_t turnsBefore = sender.keeperTurns();
+  const uint64_t probesBefore = fake.fabric().stats().failedReads;
+  for (int step = 0; step < 20000; ++step) {  // 2 s in steps of 100 us
+    fake.fabric().advanceClockBy(100000);
+    fake.turnKeepers();
+  }
+  const uint64_t turns = sender.keeperTurns() - turnsBefore;
+  const uint64_t probes = fake.fabric().stats().failedReads - probesBefore;
+  std::printf("[ keeper   ] 2 s with rail 1 down and nothing else: %llu turns, %llu probes\n",
+              static_cast<unsigned long long>(turns), static_cast<unsigned long long>(probes));
+  EXPECT_GE(probes, 15u) << "the rail was not probed every 100 ms";
+  EXPECT_LE(probes, 25u);
+  EXPECT_LE(turns, 100u) << "the keeper turned every millisecond for a down rail";
+  // A message right after: the keeper wakes for it as before.
+  ASSERT_NO_FATAL_FAILURE(transfer(2));
+  fake.deregisterMemory(pair.send, sendHandle);
+  fake.deregisterMemory(pair.recv, recvHandle);
+  EXPECT_EQ(fake.closeSend(pair.send), abi::kSuccess);
+  EXPECT_EQ(fake.closeRecv(pair.recv), abi::kSuccess);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, KeeperOverFakeFabric, ::testing::ValuesIn(keeperCases()),

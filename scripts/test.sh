@@ -73,6 +73,9 @@ run_ctest() {
 # chosen by label so that a provider added to tests/CMakeLists.txt joins without an edit here.
 smoke_labels='^(unit|functional_|efa_rules)'
 
+# A full run needs about 10 GB of disk (five build folders); a full disk fails a link, so say
+# how much there is at both ends.
+df -h . | tail -1 | awk '{print "== disk: " $4 " free of " $2}'
 stage "packages" scripts/bootstrap.sh --packages-only || exit 1
 # Sets lf2_prefix: the 2.1 install with the efa provider (built once, then reused from its cache
 # folder); rdma-core's headers for the software EFA device come with it.
@@ -99,6 +102,7 @@ if ((quick == 0)); then
 fi
 
 echo
+df -h . | tail -1 | awk '{print "== disk: " $4 " free of " $2}'
 echo "== stage times"
 printf '%s\n' "${times[@]}"
 printf '%-26s %5d s\n' "total" "$SECONDS"

@@ -135,7 +135,7 @@ void Device::registerHostBuffers() {
       throw std::runtime_error("cannot insert our own address for GPUDirect flushes");
     }
   }
-  if (railCount_ > 1 && config_.integer(config::Param::kRailProbeMs) > 0) {
+  if (railCount_ > 1 && railHealth_.probes()) {
     bool reads = true;
     for (size_t r = 0; r < railCount_; ++r) reads &= (rail(r).info()->caps & FI_READ) != 0;
     if (reads) {

@@ -41,6 +41,8 @@ class RailHealth {
   explicit RailHealth(size_t rails, uint64_t probeIntervalNs = 0);
 
   size_t rails() const { return rails_; }
+  // Whether a rail that went down is probed at all (NCCL_FABRIC_RAIL_PROBE_MS > 0).
+  bool probes() const { return probeIntervalNs_ != 0; }
   RailState state(size_t rail) const { return states_[rail]; }
   // Bit r: rail r is up. Every rail is, until one fails: read on every multi-rail message.
   uint32_t upMask() const { return upMask_; }

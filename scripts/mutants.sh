@@ -300,6 +300,9 @@ table() {
   mutant eager-recovery-off-softefa src/protocol/rdma_send_recovery.cc \
     '  if (!data && imm.kind != ImmKind::kEager) return false;' '  if (!data) return false;' \
     multirail_test 'Multirail.EagerMessagesInFlight*' NNF_TEST_PROVIDER=softefa+rdma+2rails
+  mutant eager-hold-ignored src/protocol/rdma_eager_sender.h \
+    '    return !hold_.any() && mode_.open(' '    return mode_.open(' \
+    rdma_failover_test 'RdmaFailover*' -
   mutant eager-second-landing-taken src/protocol/rdma_eager_receiver.cc \
     '  if (generation >= 0 && !inbox_.expects(entry, static_cast<uint32_t>(generation))) {' \
     '  if (false) {' \

@@ -16,6 +16,7 @@
 #include "protocol/rdma_device.h"
 #include "protocol/rdma_eager.h"
 #include "protocol/rdma_eager_credits.h"
+#include "protocol/rdma_eager_hold.h"
 #include "protocol/rdma_send_close.h"
 #include "protocol/rdma_send_eager_mode.h"
 #include "protocol/rdma_void_writes.h"
@@ -31,10 +32,13 @@ class EagerSender {
 
   // Whether sends may go eagerly now: the receiver granted its entries, and either said that its
   // small receives go undescribed or has been quiet (no descriptor for kEagerQuietNs: it is busy
-  // elsewhere, or descheduled; until its next descriptors come). See SendEagerState.
+  // elsewhere, or descheduled; until its next descriptors come). See SendEagerState. None goes
+  // while rail recovery holds an entry (rdma_eager_hold.h).
   bool open() {
-    return mode_.open([this] { return comm_.device().nowNs(); });
+    return !hold_.any() && mode_.open([this] { return comm_.device().nowNs(); });
   }
+  // The entries rail recovery holds (SendRecovery holds and releases them).
+  EagerHold& hold() { return hold_; }
   // Whether a send of `size` bytes may go eagerly now (send()'s precondition).
   bool mayGo(size_t size) { return size <= maxBytes_ && open(); }
   size_t maxBytes() const { return maxBytes_; }
@@ -99,6 +103,7 @@ class EagerSender {
   EagerCredits credits_;
   Grant grant_{};  // the receiver's bounce area (read at its first credit write)
   SendEagerState mode_;
+  EagerHold hold_;
   // Ours and the receiver's entries' size, the smaller (0: nothing goes eagerly, mode kOff).
   size_t maxBytes_ = 0;
   // The provider completes only inline writes while the receiver is busy (shm) and delivers in

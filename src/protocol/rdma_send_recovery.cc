@@ -13,8 +13,9 @@
 
 namespace nnf::protocol::rdma {
 
-SendRecovery::SendRecovery(core::SendComm& comm, const RdmaDevice& rdma, const ArenaSlot& ring)
-    : comm_(comm), rdma_(rdma), ring_(ring) {
+SendRecovery::SendRecovery(core::SendComm& comm, const RdmaDevice& rdma, const ArenaSlot& ring,
+                           EagerHold& hold)
+    : comm_(comm), rdma_(rdma), ring_(ring), hold_(hold) {
   question_.owner = &comm;
 }
 
@@ -33,7 +34,7 @@ bool SendRecovery::onWriteFailed(core::Operation& op, int error) {
   if (!doubts_) doubts_.reset(new (std::nothrow) Doubt[kCapacity]);
   if (!doubts_ || count_ == kCapacity) return false;
   doubts_[count_++] = Doubt{&op, ShareDoubt::kUnresolved};
-  if (!data) eagerHeld_ |= uint64_t{1} << imm.slot;
+  if (!data) hold_.hold(imm.slot);
   askNext();
   return true;
 }
@@ -74,14 +75,15 @@ void SendRecovery::askNext() {
   }
 }
 
-void SendRecovery::onMessage(const uint8_t* data, size_t length) {
+bool SendRecovery::onMessage(const uint8_t* data, size_t length) {
   RailAnswer answer;
-  if (length < sizeof(answer)) return;
+  if (length < sizeof(answer)) return false;
   memcpy(&answer, data, sizeof(answer));
   bool eager = answer.kind == static_cast<uint32_t>(RecoveryKind::kEagerAnswer);
   if ((!eager && answer.kind != static_cast<uint32_t>(RecoveryKind::kAnswer)) || !awaitingAnswer_) {
-    return;
+    return false;
   }
+  bool held = hold_.any();
   for (size_t i = 0; i < count_; ++i) {
     core::Operation& op = *doubts_[i].op;
     Immediate imm = decode(op.tag);
@@ -100,6 +102,7 @@ void SendRecovery::onMessage(const uint8_t* data, size_t length) {
     break;
   }
   askNext();
+  return held && !hold_.any();
 }
 
 bool SendRecovery::onOwnCompletion(core::Operation& op, int error) {
@@ -194,9 +197,7 @@ void SendRecovery::writeEagerAgain(core::Operation& op, size_t rail) {
 }
 
 bool SendRecovery::onWrittenAgain(const core::Operation& op) {
-  if (!isEager(op) || eagerHeld_ == 0) return false;
-  releaseEager(op);
-  return eagerHeld_ == 0;
+  return isEager(op) && releaseEager(op);
 }
 
 // The buffer ended at the receiver (the original landed): the share is done. Counted for the

@@ -30,6 +30,7 @@
 #include "core/send_comm.h"
 #include "protocol/rdma_arena_slot.h"
 #include "protocol/rdma_device.h"
+#include "protocol/rdma_eager_hold.h"
 #include "protocol/rdma_wire.h"
 #include "protocol/state_machine.h"
 
@@ -47,23 +48,22 @@ inline const char* stateName(ShareDoubt state) {
 
 class SendRecovery {
  public:
-  SendRecovery(core::SendComm& comm, const RdmaDevice& rdma, const ArenaSlot& ring);
+  // `hold`: the eager sender's, held while an eager message is in doubt or written again.
+  SendRecovery(core::SendComm& comm, const RdmaDevice& rdma, const ArenaSlot& ring,
+               EagerHold& hold);
   SendRecovery(const SendRecovery&) = delete;
   SendRecovery& operator=(const SendRecovery&) = delete;
 
   // `op`, a segment of a request's data write, failed with `error`: true when its share is in
   // doubt and taken over (the request stays pending); false when the request fails.
   bool onWriteFailed(core::Operation& op, int error);
-  // The receiver's RailAnswer.
-  void onMessage(const uint8_t* data, size_t length);
+  // The receiver's RailAnswer: true when it released the eager entries (EagerHold::release).
+  bool onMessage(const uint8_t* data, size_t length);
   // True when `op` was our question (its send ended; a failed send fails the share's request).
   bool onOwnCompletion(core::Operation& op, int error);
   bool questionPending() const { return question_.inFlight || question_.queued; }
   // The request is given up (it failed, or its comm goes): its shares leave the list.
   void forget(const core::Request& request);
-  // Whether an eager message is in doubt or being written again: no eager message goes
-  // meanwhile, so that its bounce entry is never written under it.
-  bool holdsEagerEntries() const { return eagerHeld_ != 0; }
   // A write of ours that was written again completed: true when it released the eager entries.
   bool onWrittenAgain(const core::Operation& op);
 
@@ -76,11 +76,9 @@ class SendRecovery {
   void askNext();
   void writeAgain(core::Operation& op);
   void writeEagerAgain(core::Operation& op, size_t rail);
-  // Bit `entry` of eagerHeld_: the eager message in that entry is in doubt or written again.
   static bool isEager(const core::Operation& op) { return decode(op.tag).kind == ImmKind::kEager; }
-  void releaseEager(const core::Operation& op) {
-    eagerHeld_ &= ~(uint64_t{1} << decode(op.tag).slot);
-  }
+  // The eager message of `op` (its entry is the immediate's slot) is settled, or failed.
+  bool releaseEager(const core::Operation& op) { return hold_.release(decode(op.tag).slot); }
   void settle(core::Operation& op);
   void fail(core::Operation& op, int error, const char* why);
   void remove(size_t index);
@@ -99,7 +97,7 @@ class SendRecovery {
   size_t count_ = 0;
   bool awaitingAnswer_ = false;
   size_t nextRail_ = 0;  // rails that are up take the shares written again in turn
-  uint64_t eagerHeld_ = 0;
+  EagerHold& hold_;
   core::Operation question_;
 };
 

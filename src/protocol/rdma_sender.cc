@@ -26,7 +26,7 @@ Sender::Sender(core::SendComm& comm, RdmaDevice& rdma)
       close_(comm, ring_),
       striper_(comm, rdma, close_),
       eager_(comm, rdma, ring_, close_),
-      recovery_(comm, rdma, ring_) {}
+      recovery_(comm, rdma, ring_, eager_.hold()) {}
 
 bool Sender::start(ConnectInfo* info) {
   if (!ring_.acquire()) return false;
@@ -101,8 +101,7 @@ bool Sender::start(ConnectInfo* info) {
                ? request.error
                : abi::kSuccess;
   }
-  if (eager_.mayGo(size) && !recovery_.holdsEagerEntries() &&
-      eager_.send(request, tag, seq, handle)) {
+  if (eager_.mayGo(size) && eager_.send(request, tag, seq, handle)) {
     return request.state == core::Request::State::kFailed ? request.error : abi::kSuccess;
   }
   wait(request, tag, seq, handle);
@@ -144,7 +143,7 @@ void Sender::onCredits(uint32_t freedMod256) {
 // Entries came free, or the receiver said its small receives go undescribed, or went quiet: small
 // sends waiting for their descriptors go eagerly instead, oldest first.
 void Sender::sendWaitingEagerly() {
-  if (matcher_.sendsWaiting() == 0 || !eager_.open() || recovery_.holdsEagerEntries()) return;
+  if (matcher_.sendsWaiting() == 0 || !eager_.open()) return;
   while (!eager_.entriesFull()) {
     size_t maxBytes = eager_.maxBytes();
     WaitLink* link = matcher_.takeFirstWaiting([maxBytes](WaitLink& waiting) {

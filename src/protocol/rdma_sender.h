@@ -40,10 +40,8 @@ class Sender final : public CommState {
   // A data write failed: true when the share is in doubt and recovered (SendRecovery).
   bool onWriteFailed(core::Operation& op, int error) { return recovery_.onWriteFailed(op, error); }
   void onProtocolMessage(const uint8_t* data, size_t length) {
-    bool held = recovery_.holdsEagerEntries();
-    recovery_.onMessage(data, length);
     // An eager message settled: small sends that waited meanwhile may go eagerly again.
-    if (held && !recovery_.holdsEagerEntries()) sendWaitingEagerly();
+    if (recovery_.onMessage(data, length)) sendWaitingEagerly();
   }
   int ownInFlight();
   void onClose();

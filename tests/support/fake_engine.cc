@@ -144,8 +144,12 @@ void FakeEngine::complete(core::Operation* op, size_t length, int error, size_t 
   completion.overflow = overflow;
   cq_.push_back(completion);
   if (op == nullptr || op->type != core::OpType::kControlRecv || error != 0) return;
+  releaseLaterWhere([](Later& later) { return later.afterMessage; });
+}
+
+void FakeEngine::releaseLaterWhere(bool (*due)(Later&)) {
   for (size_t i = 0; i < later_.size();) {
-    if (!later_[i].afterMessage) {
+    if (!due(later_[i])) {
       ++i;
       continue;
     }
@@ -192,15 +196,7 @@ uint64_t FakeEngine::nowNs() const {
 abi::Result FakeEngine::progress(core::EngineEvents& events) {
   fabric_.tick(*this);
   releaseHeld();
-  for (size_t i = 0; i < later_.size();) {
-    if (--later_[i].progresses != 0) {
-      ++i;
-      continue;
-    }
-    cq_.push_back(later_[i].completion);
-    later_[i] = later_.back();
-    later_.pop_back();
-  }
+  releaseLaterWhere([](Later& later) { return --later.progresses == 0; });
   // Indexed from a member: a completion's owner may post (appending here) or progress again
   // (going on from where this call is).
   while (head_ < cq_.size()) {

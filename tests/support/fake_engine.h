@@ -98,6 +98,8 @@ class FakeEngine final : public core::OperationEngine {
     bool afterMessage;
   };
   std::vector<Later> later_;  // remoteWriteLater's, until they are due
+  // Moves the entries of later_ that `due` says are due (it may count them down) to the queue.
+  void releaseLaterWhere(bool (*due)(Later&));
   core::OpQueue heldRx_;
   core::OpQueue heldTx_;
 };

@@ -256,6 +256,7 @@ EXPORT ibv_context* ibv_open_device(ibv_device* ibvDevice) {
   // A peer reads and writes this process's registered memory with process_vm_readv/writev;
   // where Yama restricts ptrace to ancestors, allow any process of this user.
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  dropVotesOfEndedProcesses();
   auto* ctx = new Context();
   ctx->device = reinterpret_cast<Device*>(ibvDevice);
   verbs_context& vctx = ctx->vctx;

@@ -65,6 +65,40 @@ uint32_t parseNics(const std::string& text) {
   return mask;
 }
 
+// This process's votes become `slots` (from `voted`): the counts of the slots that changed, and
+// its entry in the registry's voters (freed when it votes nothing down), under one lock so that
+// dropVotesOfEndedProcesses never sees one without the other.
+void vote(Registry& reg, uint32_t voted, uint32_t slots) {
+  const int32_t pid = static_cast<int32_t>(getpid());
+  LockGuard guard(reg.lock);
+  LinkVoter* entry = nullptr;
+  for (LinkVoter& voter : reg.linkVoters) {
+    if (voter.pid == pid) {
+      entry = &voter;
+      break;
+    }
+    if (voter.pid == 0 && entry == nullptr) entry = &voter;
+  }
+  if (entry == nullptr) {
+    std::fprintf(stderr, "soft-efa %d: no room to record link votes\n", static_cast<int>(pid));
+    std::abort();  // a test device: a vote that could linger would fail later tests unseen
+  }
+  entry->pid = slots != 0 ? pid : 0;
+  entry->slots = slots;
+  for (uint32_t slot = 0; slot < kMaxDevices; ++slot) {
+    uint32_t bit = 1u << slot;
+    if (!((slots ^ voted) & bit)) continue;
+    bool down = (slots & bit) != 0;
+    if (down)
+      reg.linkDownVotes[slot].fetch_add(1, std::memory_order_acq_rel);
+    else
+      reg.linkDownVotes[slot].fetch_sub(1, std::memory_order_acq_rel);
+    const Device* device = deviceBySlot(slot);
+    std::fprintf(stderr, "soft-efa %d: %s link %s\n", static_cast<int>(pid),
+                 device != nullptr ? device->ibv.name : "?", down ? "down" : "up again");
+  }
+}
+
 // The schedules brought up to date; votes changed in the registry where the view changed. The
 // operation schedule moves only at the check of a post (`posting`), once K (or K2) were counted:
 // no operation is failed by the transition its own count brings.
@@ -107,21 +141,29 @@ void refresh(LinkState& links, bool posting) {
   for (size_t n = 0; n < list.size(); ++n)
     if (nics & (1u << n)) slots |= 1u << list[n]->slot;
   if (slots == links.voted) return;
-  Registry& reg = registry();
-  for (uint32_t slot = 0; slot < kMaxDevices; ++slot) {
-    uint32_t bit = 1u << slot;
-    if (!((slots ^ links.voted) & bit)) continue;
-    bool down = (slots & bit) != 0;
-    if (down)
-      reg.linkDownVotes[slot].fetch_add(1, std::memory_order_acq_rel);
-    else
-      reg.linkDownVotes[slot].fetch_sub(1, std::memory_order_acq_rel);
-    const Device* device = deviceBySlot(slot);
-    std::fprintf(stderr, "soft-efa %d: %s link %s\n", static_cast<int>(getpid()),
-                 device != nullptr ? device->ibv.name : "?", down ? "down" : "up again");
-  }
+  vote(registry(), links.voted, slots);
   links.voted = slots;
 }
+
+}  // namespace
+
+void dropVotesOfEndedProcesses() {
+  Registry& reg = registry();
+  LockGuard guard(reg.lock);
+  for (LinkVoter& voter : reg.linkVoters) {
+    if (voter.pid == 0 || processAlive(voter.pid)) continue;
+    for (uint32_t slot = 0; slot < kMaxDevices; ++slot) {
+      if ((voter.slots >> slot & 1u) != 0) {
+        reg.linkDownVotes[slot].fetch_sub(1, std::memory_order_acq_rel);
+      }
+    }
+    std::fprintf(stderr, "soft-efa %d: dropped the link votes of ended process %d\n",
+                 static_cast<int>(getpid()), static_cast<int>(voter.pid));
+    voter = LinkVoter{0, 0};
+  }
+}
+
+namespace {
 
 bool slotDown(uint32_t slot) {
   return slot < kMaxDevices && registry().linkDownVotes[slot].load(std::memory_order_acquire) > 0;

@@ -76,6 +76,13 @@ struct FileSlot {
 
 constexpr uint32_t kMaxFiles = 4096;
 
+struct LinkVoter {
+  int32_t pid;     // 0: free
+  uint32_t slots;  // the device slots it votes down (bit per slot)
+};
+
+constexpr uint32_t kMaxLinkVoters = 256;
+
 struct Registry {
   uint64_t magic;
   SharedLock lock;
@@ -89,6 +96,9 @@ struct Registry {
   // Per device slot, how many processes see its link down (link.cc): the NIC is shared by the
   // processes of the namespace, as a host's NIC is by its ranks.
   std::atomic<uint32_t> linkDownVotes[kMaxDevices];
+  // Who votes which slots down (under lock): a process that ends without taking its votes back
+  // (a test's peer exits with the link down) loses them when the next process opens a device.
+  LinkVoter linkVoters[kMaxLinkVoters];
 };
 
 // One posted receive.

@@ -200,6 +200,9 @@ void onPolled(Process& proc, const Cq& cq, const Cqe& cqe);
 void noteLinkPost(const Qp& qp);
 uint32_t linkFailure(const Qp& qp, const SendWqe& wqe, bool posting);
 void noteLinkSuccess(const Qp& qp, const SendWqe& wqe);
+// Takes back the link votes of processes that ended (at each device's opening, without
+// proc.mutex): they would keep a link down for every later process.
+void dropVotesOfEndedProcesses();
 
 // efa_io_comp_status values (rdma-core's efa_io_defs.h), which libfabric reads as vendor_err.
 enum Status : uint32_t {

@@ -147,6 +147,42 @@ TEST(SoftEfaLinks, AnOperationUnderWayFailsWhenTheControlFileTakesItsLinkDown) {
   unsetenv("NNF_SOFT_EFA_FAIL_FILE");
 }
 
+// A process that saw NIC 0's link down ends without seeing it come back (a test's peer exits
+// so): its vote is dropped when the next process opens a device, and NIC 0 carries data for it.
+TEST(SoftEfaLinks, TheVoteOfAProcessThatEndedKeepsNoLinkDown) {
+  std::string control = "/tmp/soft-efa-votes-" + std::to_string(getpid());
+  FILE* file = std::fopen(control.c_str(), "w");
+  ASSERT_NE(file, nullptr);
+  std::fputs("0\n", file);
+  ASSERT_EQ(std::fclose(file), 0);
+  auto writeOnce = [](uint64_t id, bool expectSuccess) {
+    return [id, expectSuccess](int in, int out) {
+      Node node;
+      ASSERT_NO_FATAL_FAILURE(node.open(0, 4 * kPiece));
+      Address peer = receiveValue<Address>(in);
+      ASSERT_EQ(writeAt(node, node.ah(peer), peer, id, 0), 0);
+      Completion c = poll(node);
+      if (expectSuccess) {
+        EXPECT_EQ(c.status, IBV_WC_SUCCESS) << c.vendorErr;
+      } else {
+        EXPECT_EQ(c.vendorErr, kUnreachableRemote);
+      }
+      sendValue(out, 1);
+    };
+  };
+  auto target = [](int in, int out) {
+    Node node;
+    ASSERT_NO_FATAL_FAILURE(node.open(0, 4 * kPiece));
+    sendValue(out, node.address());
+    receiveValue<int>(in);
+  };
+  setenv("NNF_SOFT_EFA_FAIL_FILE", control.c_str(), 1);
+  TwoProcesses::run(testNamespace(), target, writeOnce(1, false), /*keep=*/true);
+  unsetenv("NNF_SOFT_EFA_FAIL_FILE");
+  std::remove(control.c_str());
+  TwoProcesses::run(testNamespace(), target, writeOnce(2, true));
+}
+
 // NIC 0 goes down 400 ms after its first operation and comes back 400 ms later. Only the order
 // of events matters: each sleep is at least as long as the test asks, so a slow machine only
 // moves the writes further past each transition.

@@ -177,10 +177,11 @@ inline Completion poll(Node& node) {
 
 // Two processes joined by pipes: `a` and `b` each get the other's address. Forked by the tests'
 // one harness (support/processes.h): a failure, crash or hang of either fails the test.
+// `keep`: the namespace stays for the next run (else it is removed with the processes).
 class TwoProcesses {
  public:
   using Role = std::function<void(int in, int out)>;
-  static void run(const std::string& ns, Role a, Role b) {
+  static void run(const std::string& ns, Role a, Role b, bool keep = false) {
     int ab[2], ba[2];
     ASSERT_EQ(pipe(ab), 0);
     ASSERT_EQ(pipe(ba), 0);
@@ -195,7 +196,7 @@ class TwoProcesses {
     auto first = [&] { return child(ns, a, ba[0], ab[1], {ab[0], ba[1]}); };
     auto second = [&] { return child(ns, b, ab[0], ba[1], {ba[0], ab[1]}); };
     nnf::test::runProcesses({{"process a", first}, {"process b", second}}, options);
-    removeNamespace(ns);
+    if (!keep) removeNamespace(ns);
   }
 
   // The processes exit without destroying what they made: the namespace's shared files and

@@ -300,6 +300,10 @@ table() {
   mutant eager-recovery-off-softefa src/protocol/rdma_send_recovery.cc \
     '  if (!data && imm.kind != ImmKind::kEager) return false;' '  if (!data) return false;' \
     multirail_test 'Multirail.EagerMessagesInFlight*' NNF_TEST_PROVIDER=softefa+rdma+2rails
+  mutant recovery-second-failure-fails src/protocol/rdma_send_recovery.cc \
+    '  if (op.segment.resent != 0 && !eager && op.request->count != 1) return false;' \
+    '  if (op.segment.resent != 0) return false;' \
+    rdma_failover_test 'RdmaFailover*WrittenAgain*' -
   mutant eager-hold-ignored src/protocol/rdma_eager_sender.h \
     '    return !hold_.any() && mode_.open(' '    return mode_.open(' \
     rdma_failover_test 'RdmaFailover*' -

@@ -20,22 +20,35 @@ SendRecovery::SendRecovery(core::SendComm& comm, const RdmaDevice& rdma, const A
 }
 
 bool SendRecovery::onWriteFailed(core::Operation& op, int error) {
-  size_t rails = comm_.rails();
   Immediate imm = decode(op.tag);
-  if (op.segment.resent != 0 && imm.kind == ImmKind::kEager) releaseEager(op);  // it fails now
-  if (rails < 2 || op.segment.resent != 0 || !core::RailHealth::isPathFailure(error)) return false;
+  bool eager = imm.kind == ImmKind::kEager;
+  if (!takeOver(op, imm, error)) {
+    if (op.segment.resent != 0 && eager) releaseEager(op);  // it fails now
+    return false;
+  }
+  if (eager) hold_.hold(imm.slot);
+  askNext();
+  return true;
+}
+
+bool SendRecovery::takeOver(core::Operation& op, const Immediate& imm, int error) {
+  size_t rails = comm_.rails();
+  if (rails < 2 || !core::RailHealth::isPathFailure(error)) return false;
   // Data (not a truncation notice), or an eager message (posted: a comm of several rails injects
   // none, and the header-ahead ones go on one rail).
-  bool data = imm.kind == ImmKind::kData && imm.segments != 0;
-  if (!data && imm.kind != ImmKind::kEager) return false;
+  bool eager = imm.kind == ImmKind::kEager;
+  if (!eager && (imm.kind != ImmKind::kData || imm.segments == 0)) return false;
+  // A share written again that fails again (its new rail broke too) is asked about again where
+  // nothing else of its buffer went on that rail: an eager message (its entry and generation
+  // name it on any rail), or the only share of its message. A striped message's fails its
+  // request: its new rail carried a share of its own, and the receiver counts segments per rail.
+  if (op.segment.resent != 0 && !eager && op.request->count != 1) return false;
   // Another rail of the comm must be up to write the share on (the device took this one down).
   uint32_t others = comm_.device().railHealth().upMask() & ((1u << rails) - 1) & ~(1u << op.rail);
   if (others == 0) return false;
   if (!doubts_) doubts_.reset(new (std::nothrow) Doubt[kCapacity]);
   if (!doubts_ || count_ == kCapacity) return false;
   doubts_[count_++] = Doubt{&op, ShareDoubt::kUnresolved};
-  if (!data) hold_.hold(imm.slot);
-  askNext();
   return true;
 }
 

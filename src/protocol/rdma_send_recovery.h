@@ -3,8 +3,9 @@
 // the request's failure while another rail of the comm is up: the share it belonged to is in
 // doubt (the write may have landed, its acknowledgement lost). The sender asks the receiver
 // about it, one question at a time, and on the answer either writes the share again, whole, on
-// a rail that is up, or (the buffer ended: the original landed) counts it done. A share that
-// fails again after it was written again fails its request.
+// a rail that is up, or (the buffer ended: the original landed) counts it done. A share written
+// again that fails again is asked about again when it is its message's only one (nothing else of
+// the buffer is counted on its new rail); a striped message's fails its request (docs/failover.md).
 //
 // Why nothing is counted twice: the receiver forgets what landed of that rail's share before it
 // answers, and ignores that rail for the buffer from then on, so only the share written again
@@ -19,7 +20,8 @@
 // into the same entry on a rail that is up. Should the first write land after all (it was in the
 // receiver's queue, unread, when the question came), the receiver takes one of the two: the
 // immediate carries the generation, and the entry takes each generation once. Until the message
-// is settled no eager message goes (the entry is not written again under it).
+// is settled no eager message goes (the entry is not written again under it). One written again
+// that fails again (its new rail broke too) is asked about again, the same way.
 #pragma once
 
 #include <cstddef>
@@ -73,6 +75,8 @@ class SendRecovery {
     ShareDoubt state;
   };
   static constexpr size_t kCapacity = kSlots * kMaxRails;  // a share per rail, per request
+  // Whether the failed `op` is in doubt, and if so its entry in the list.
+  bool takeOver(core::Operation& op, const Immediate& imm, int error);
   void askNext();
   void writeAgain(core::Operation& op);
   void writeEagerAgain(core::Operation& op, size_t rail);

@@ -199,6 +199,16 @@ void FakeFabric::tick(FakeEngine& engine) {
   }
 }
 
+bool FakeFabric::writtenAgainInFlight(size_t rail) const {
+  for (const Transfer& transfer : transfers_) {
+    if (transfer.kind == Kind::kWrite && !transfer.landed && !transfer.dead &&
+        transfer.op != nullptr && transfer.sourceRail == rail && transfer.op->segment.resent != 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void FakeFabric::advanceClock() {
   if (options_.pauseOneIn != 0 && clockRandom_() % options_.pauseOneIn == 0) {
     clockNs_ += options_.pauseNs + clockRandom_() % (options_.pauseNs + 1);
@@ -220,6 +230,7 @@ void FakeFabric::land(uint32_t index) {
     transfer.failed = true;
     ++stats_.failed;
     if (transfer.kind == Kind::kRead) ++stats_.failedReads;
+    if (transfer.op != nullptr && transfer.op->segment.resent != 0) ++stats_.failedAgain;
     if (transfer.kind == Kind::kWrite && failedWriteObserver_) failedWriteObserver_(transfer.data);
     if (landedOneIn_ == 0 || random_() % landedOneIn_ != 0) {
       transfer.delivered = true;  // lands nowhere

@@ -90,6 +90,7 @@ struct FakeStats {
   uint64_t failed = 0;        // transfers failed by a rail that went down (failRail)
   uint64_t failedLanded = 0;  // of those, the ones that landed all the same
   uint64_t failedReads = 0;   // of those, reads (the devices' rail probes)
+  uint64_t failedAgain = 0;   // of those, writes that went again after an earlier failure
   uint64_t writesByRail[memory::kMaxRails] = {};  // writes landed, by the rail they left on
   uint64_t restoredAtNs = 0;              // the clock when a rail last came back (restoreRail)
   uint64_t firstWriteAfterRestoreNs = 0;  // the first write that left on it after that
@@ -133,6 +134,8 @@ class FakeFabric {
   std::unique_ptr<FakeRails> open(const FakeRailSpec& spec, size_t rails);
   FakeEngine& engine(size_t id) { return *engines_.at(id); }
   const FakeStats& stats() const { return stats_; }
+  // Whether a write that went again after an earlier failure is on its way over rail `rail`.
+  bool writtenAgainInFlight(size_t rail) const;
   // Called with every write that lands (immediate data as the target reads it, bytes): tests
   // classify them.
   void onWrite(std::function<void(uint64_t data, size_t length)> observer) {

@@ -301,7 +301,7 @@ table() {
     '  if (!data && imm.kind != ImmKind::kEager) return false;' '  if (!data) return false;' \
     multirail_test 'Multirail.EagerMessagesInFlight*' NNF_TEST_PROVIDER=softefa+rdma+2rails
   mutant recovery-second-failure-fails src/protocol/rdma_send_recovery.cc \
-    '  if (op.segment.resent != 0 && !eager && op.request->count != 1) return false;' \
+    '  if (!eager && sharesItsRail(op)) return false;' \
     '  if (op.segment.resent != 0) return false;' \
     rdma_failover_test 'RdmaFailover*WrittenAgain*' -
   mutant eager-hold-ignored src/protocol/rdma_eager_sender.h \

@@ -38,11 +38,13 @@ bool SendRecovery::takeOver(core::Operation& op, const Immediate& imm, int error
   // none, and the header-ahead ones go on one rail).
   bool eager = imm.kind == ImmKind::kEager;
   if (!eager && (imm.kind != ImmKind::kData || imm.segments == 0)) return false;
-  // A share written again that fails again (its new rail broke too) is asked about again where
-  // nothing else of its buffer went on that rail: an eager message (its entry and generation
-  // name it on any rail), or the only share of its message. A striped message's fails its
-  // request: its new rail carried a share of its own, and the receiver counts segments per rail.
-  if (op.segment.resent != 0 && !eager && op.request->count != 1) return false;
+  // The receiver counts a buffer's segments per rail, and forgets the rail's count before it
+  // answers: where another share of the buffer went on this rail too (one written again onto it
+  // after its own rail failed, or this rail's own share when this one was written again), that
+  // would forget the other share's bytes as well, and the buffer would never end. The request
+  // fails instead (two rails failing under one striped message). An eager message is named by its
+  // entry and generation, on any rail.
+  if (!eager && sharesItsRail(op)) return false;
   // Another rail of the comm must be up to write the share on (the device took this one down).
   uint32_t others = comm_.device().railHealth().upMask() & ((1u << rails) - 1) & ~(1u << op.rail);
   if (others == 0) return false;
@@ -50,6 +52,14 @@ bool SendRecovery::takeOver(core::Operation& op, const Immediate& imm, int error
   if (!doubts_ || count_ == kCapacity) return false;
   doubts_[count_++] = Doubt{&op, ShareDoubt::kUnresolved};
   return true;
+}
+
+bool SendRecovery::sharesItsRail(const core::Operation& op) {
+  const core::Request& request = *op.request;
+  for (uint8_t i = 0; i < request.count; ++i) {
+    if (&request.ops[i] != &op && request.ops[i].rail == op.rail) return true;
+  }
+  return false;
 }
 
 void SendRecovery::askNext() {

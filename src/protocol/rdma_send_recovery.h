@@ -4,8 +4,9 @@
 // doubt (the write may have landed, its acknowledgement lost). The sender asks the receiver
 // about it, one question at a time, and on the answer either writes the share again, whole, on
 // a rail that is up, or (the buffer ended: the original landed) counts it done. A share written
-// again that fails again is asked about again when it is its message's only one (nothing else of
-// the buffer is counted on its new rail); a striped message's fails its request (docs/failover.md).
+// again that fails again is asked about again when nothing else of its buffer went on its new
+// rail (its message's only share); where something did (two rails failing under one striped
+// message) the request fails (docs/failover.md, "Failing twice").
 //
 // Why nothing is counted twice: the receiver forgets what landed of that rail's share before it
 // answers, and ignores that rail for the buffer from then on, so only the share written again
@@ -66,6 +67,10 @@ class SendRecovery {
   bool questionPending() const { return question_.inFlight || question_.queued; }
   // The request is given up (it failed, or its comm goes): its shares leave the list.
   void forget(const core::Request& request);
+  // Whether another share of `op`'s message (an operation of its request) is on `op`'s rail: a
+  // share written again onto the rail of another. The receiver's count for that rail would then
+  // hold both (see takeOver).
+  static bool sharesItsRail(const core::Operation& op);
   // A write of ours that was written again completed: true when it released the eager entries.
   bool onWrittenAgain(const core::Operation& op);
 

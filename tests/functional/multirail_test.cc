@@ -582,6 +582,11 @@ void expectOneRailWarning(Peer& peer) {
 }
 
 // Shares the receiver was asked to take again (its INFO lines).
+// Shares the receiver was asked about (written again, or found in a buffer that had ended).
+int sharesAskedAbout(Peer& peer) {
+  return infoLinesWith(peer, "the sender's write on rail");
+}
+
 int sharesWrittenAgain(Peer& peer) {
   int count = 0;
   for (const std::string& text : peer.infoTexts()) {
@@ -794,9 +799,13 @@ TEST(Multirail, AWindowInFlightWhenARailBreaksArrivesWhole) {
         EXPECT_TRUE(verifySentinel(slot + sizeOf(m), kTail));
       }
     }
-    // Writes in flight when the link broke (a window's at most), and none later.
-    EXPECT_GE(sharesWrittenAgain(peer), 1) << "no share was asked about: the test missed its case";
-    EXPECT_LE(sharesWrittenAgain(peer), kWindow) << "later messages did not leave the rail out";
+    // Writes in flight when the link broke (a window's at most), and none later; each written
+    // again, or found in a buffer that had ended (the stand-in may land a write it fails, and
+    // with four rails a window's shares on the broken rail may all have landed).
+    const int asked = sharesAskedAbout(peer);
+    EXPECT_GE(asked, 1) << "no share was asked about: the test missed its case";
+    EXPECT_LE(asked, kWindow) << "later messages did not leave the rail out";
+    EXPECT_LE(sharesWrittenAgain(peer), asked);
     dereg(peer, comm, mh);
     closeRecv(peer, comm);
     closeListen(peer, listen);

@@ -293,7 +293,8 @@ TEST(RdmaSendRecovery, TwoSharesOnOneRailAreNotAskedAbout) {
     ops[i].request = &request;
     ops[i].rail = i;
   }
-  for (const core::Operation& op : ops) EXPECT_FALSE(protocol::rdma::SendRecovery::sharesItsRail(op));
+  for (const core::Operation& op : ops)
+    EXPECT_FALSE(protocol::rdma::SendRecovery::sharesItsRail(op));
   ops[1].rail = 2;  // written again on rail 2 after rail 1 failed
   EXPECT_FALSE(protocol::rdma::SendRecovery::sharesItsRail(ops[0]));
   EXPECT_TRUE(protocol::rdma::SendRecovery::sharesItsRail(ops[1]));

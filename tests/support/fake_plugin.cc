@@ -67,6 +67,25 @@ abi::Result FakePlugin::closeWithPeer(void* comm, bool send) {
   return result;
 }
 
+void FakePlugin::postOneEach(const Pair& pair, int tag, void* into, size_t capacity,
+                             void* recvHandle, void* from, size_t size, void* sendHandle,
+                             core::Request** recv, core::Request** send) {
+  void* data[1] = {into};
+  size_t sizes[1] = {capacity};
+  int tags[1] = {tag};
+  void* handles[1] = {recvHandle};
+  *recv = nullptr;
+  *send = nullptr;
+  for (int tries = 0; tries < 1000 && *recv == nullptr; ++tries) {
+    ASSERT_EQ(plugin_.irecv(pair.recv, 1, data, sizes, tags, handles, recv), abi::kSuccess);
+  }
+  for (int tries = 0; tries < 1000 && *send == nullptr; ++tries) {
+    ASSERT_EQ(plugin_.isend(pair.send, from, size, tag, sendHandle, send), abi::kSuccess);
+  }
+  ASSERT_NE(*recv, nullptr);
+  ASSERT_NE(*send, nullptr);
+}
+
 void* FakePlugin::registerMemory(void* comm, void* data, size_t size) {
   core::MemoryHandle* handle = nullptr;
   if (plugin_.regMr(comm, data, size, abi::kPtrHost, &handle) != abi::kSuccess) {

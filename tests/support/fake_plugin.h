@@ -52,6 +52,12 @@ class FakePlugin {
   // Registers host memory for `comm` (a send or receive comm): NCCL's regMr.
   void* registerMemory(void* comm, void* data, size_t size);
   void deregisterMemory(void* comm, void* handle);
+  // One message's two ends on `pair`: a receive of one buffer (`into`, `capacity` bytes) and a
+  // send of `size` bytes from `from`, both of tag `tag`, each retried while the plugin returns no
+  // request (none free yet); the test fails when either is never posted.
+  void postOneEach(const Pair& pair, int tag, void* into, size_t capacity, void* recvHandle,
+                   void* from, size_t size, void* sendHandle, core::Request** recv,
+                   core::Request** send);
   // No comm but the listener on either device, open or closing; no operation of a comm with
   // either engine (what the devices keep for themselves, control and drain receives, stays):
   // after the devices progressed on their own for a while, as their keeper threads would.

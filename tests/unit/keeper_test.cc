@@ -70,21 +70,10 @@ TEST_P(KeeperOverFakeFabric, TheLastSmallSendArrivesThoughItsSenderIsNeverCalled
     const size_t size = message % 3 == 2 ? 200 + 40 * static_cast<size_t>(message) : 8 + message;
     fillPattern(out.data(), size, static_cast<uint64_t>(message) + 1);
     memset(in.data(), 0, in.size());
-    void* data[1] = {in.data()};
-    size_t sizes[1] = {kBytes};
-    int tags[1] = {message};
-    void* handles[1] = {recvHandle};
-    core::Request* recv = nullptr;
-    core::Request* send = nullptr;
-    for (int tries = 0; tries < 1000 && recv == nullptr; ++tries) {
-      ASSERT_EQ(plugin.irecv(pair.recv, 1, data, sizes, tags, handles, &recv), abi::kSuccess);
-    }
-    for (int tries = 0; tries < 1000 && send == nullptr; ++tries) {
-      ASSERT_EQ(plugin.isend(pair.send, out.data(), size, message, sendHandle, &send),
-                abi::kSuccess);
-    }
-    ASSERT_NE(recv, nullptr);
-    ASSERT_NE(send, nullptr);
+    core::Request* recv;
+    core::Request* send;
+    ASSERT_NO_FATAL_FAILURE(fake.postOneEach(pair, message, in.data(), kBytes, recvHandle,
+                                             out.data(), size, sendHandle, &recv, &send));
     int sendDone = 0;
     int recvDone = 0;
     size_t received = 0;
@@ -152,20 +141,10 @@ TEST(KeeperWithADownRail, SleepsUntilTheProbeIsDue) {
   core::Plugin& plugin = fake.plugin();
   auto transfer = [&](uint64_t message) {
     fillPattern(out.data(), kBytes, message);
-    void* data[1] = {in.data()};
-    size_t sizes[1] = {kBytes};
-    int tags[1] = {1};
-    void* handles[1] = {recvHandle};
-    core::Request* recv = nullptr;
-    core::Request* send = nullptr;
-    for (int tries = 0; tries < 1000 && recv == nullptr; ++tries) {
-      ASSERT_EQ(plugin.irecv(pair.recv, 1, data, sizes, tags, handles, &recv), abi::kSuccess);
-    }
-    for (int tries = 0; tries < 1000 && send == nullptr; ++tries) {
-      ASSERT_EQ(plugin.isend(pair.send, out.data(), kBytes, 1, sendHandle, &send), abi::kSuccess);
-    }
-    ASSERT_NE(recv, nullptr);
-    ASSERT_NE(send, nullptr);
+    core::Request* recv;
+    core::Request* send;
+    ASSERT_NO_FATAL_FAILURE(fake.postOneEach(pair, 1, in.data(), kBytes, recvHandle, out.data(),
+                                             kBytes, sendHandle, &recv, &send));
     int sendDone = 0, recvDone = 0;
     for (int step = 0; step < 1000000 && (sendDone == 0 || recvDone == 0); ++step) {
       if (sendDone == 0) {

@@ -130,20 +130,10 @@ TEST_P(RdmaOverFakeFabric, ARefusedSendsNoticeGoesOutThoughItsSenderIsNeverCalle
   void* recvHandle = fake.registerMemory(pair.recv, in.data(), in.size());
   core::Plugin& plugin = fake.plugin();
 
-  void* data[1] = {in.data()};
-  size_t sizes[1] = {143};
-  int tags[1] = {7};
-  void* handles[1] = {recvHandle};
-  core::Request* recv = nullptr;
-  core::Request* send = nullptr;
-  for (int tries = 0; tries < 1000 && recv == nullptr; ++tries) {
-    ASSERT_EQ(plugin.irecv(pair.recv, 1, data, sizes, tags, handles, &recv), abi::kSuccess);
-  }
-  for (int tries = 0; tries < 1000 && send == nullptr; ++tries) {
-    ASSERT_EQ(plugin.isend(pair.send, out.data(), out.size(), 7, sendHandle, &send), abi::kSuccess);
-  }
-  ASSERT_NE(recv, nullptr);
-  ASSERT_NE(send, nullptr);
+  core::Request* recv;
+  core::Request* send;
+  ASSERT_NO_FATAL_FAILURE(fake.postOneEach(pair, 7, in.data(), 143, recvHandle, out.data(),
+                                           out.size(), sendHandle, &recv, &send));
   // NCCL tests both until the send ends: it fails (its message does not fit).
   int sendDone = 0;
   abi::Result sendResult = abi::kSuccess;

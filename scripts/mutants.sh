@@ -304,9 +304,6 @@ table() {
     '  if (!eager && sharesItsRail(op)) return false;' \
     '  if (op.segment.resent != 0) return false;' \
     rdma_failover_test 'RdmaFailover*WrittenAgain*' -
-  mutant eager-hold-ignored src/protocol/rdma_eager_sender.h \
-    '    return !hold_.any() && mode_.open(' '    return mode_.open(' \
-    rdma_failover_test 'RdmaFailover*' -
   mutant eager-second-landing-taken src/protocol/rdma_eager_receiver.cc \
     '  if (generation >= 0 && !inbox_.expects(entry, static_cast<uint32_t>(generation))) {' \
     '  if (false) {' \

@@ -27,6 +27,9 @@ root=$PWD
 quick=0
 [[ ${1:-} == --quick ]] && quick=1
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$root")}
+# A whole run compiles five builds, with different flags: ccache's default 5 GB (shared with
+# other work) would evict much of the last run's objects before this one reads them.
+export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-16G}
 results=$root/build-ci  # one JUnit file per ctest run
 rm -rf "$results" && mkdir -p "$results"
 export NNF_CTEST_JUNIT_DIR=$results  # the ci-*.sh scripts write theirs here too

@@ -289,8 +289,8 @@ table() {
     '  if (error != 0) {' '  if (false) {' \
     rdma_failover_test 'RdmaFailover*ComesBack*' -
   mutant keeper-turns-for-down-rail src/core/progress_keeper.cc \
-    '        intervalNs_ = std::clamp(probeWaitNs, kTurnNs, kLongestProbeWaitNs);' \
-    '        intervalNs_ = kTurnNs;' \
+    '      intervalNs_ = active_ ? std::clamp(probeWaitNs, kTurnNs, kLongestProbeWaitNs) : kTurnNs;' \
+    '      intervalNs_ = kTurnNs;' \
     keeper_test 'KeeperWithADownRail*' -
   # Eager messages on a failed rail (issue 27): asked about by entry and generation, written
   # again, and taken once however often they land.

@@ -125,16 +125,12 @@ void ProgressKeeper::turn() {
     // Decided under both locks: a hand-over after this wakes the keeper again (the device lock
     // orders it after keeperWentIdle), a close or a debt meanwhile renewed lastActivityNs_.
     if (now - lastActivityNs_ >= idleNs_) {
-      if (probeWaitNs != UINT64_MAX) {
-        // Only a down rail keeps it: it looks when the rail's probe is due, or every
-        // millisecond while a probe is in flight (nobody else may read its answer).
-        intervalNs_ = std::clamp(probeWaitNs, kTurnNs, kLongestProbeWaitNs);
-        device.keeperWentIdle();  // the next hand-over wakes it (wake() cuts the sleep short)
-      } else {
-        active_ = false;
-        intervalNs_ = kTurnNs;
-        device.keeperWentIdle();
-      }
+      // Only a down rail keeps it: it looks when the rail's probe is due, or every millisecond
+      // while a probe is in flight (nobody else may read its answer). Either way the next
+      // hand-over wakes it (wake() cuts a sleep short).
+      active_ = probeWaitNs != UINT64_MAX;
+      intervalNs_ = active_ ? std::clamp(probeWaitNs, kTurnNs, kLongestProbeWaitNs) : kTurnNs;
+      device.keeperWentIdle();
     }
   }
   device.domainLock().unlock();

@@ -77,6 +77,26 @@ left=$({ ps -o pid= -s "$session" || true; } | wc -l)
 [[ "$left" -eq 0 ]] || fail "--load: $left processes of the run still there after it ended"
 echo "ok: --order, --load"
 
+# --phases: per measured point, each rank of each engine says how long a round spent moving its
+# messages and in the acknowledgement; both are positive, and the rounds of a rank's line are
+# those of the point (100 messages in rounds of 32: 4 rounds, the last one short).
+"$perf" bw --provider "$provider" -q --check -b 4K -e 4K -n 100 -w 0 --order ahead --phases \
+  >"$out/phases.txt" 2>"$out/phases.err" || fail "--phases: exit status $?"
+grep -q '^phases,engine,rank,dir,bytes,rounds,stream_us,ack_us$' "$out/phases.err" ||
+  fail "--phases: no header line"
+for side in "plugin,0,send" "plugin,1,recv" "raw,0,send" "raw,1,recv"; do
+  awk -F, -v side="$side" '
+    $1 == "phases" && ($2 "," $3 "," $4) == side {
+      ++lines
+      if ($5 != 4096 || $6 != 4 || $7 + 0 <= 0 || $8 + 0 <= 0) { print "FAIL: --phases: " $0; bad = 1 }
+    }
+    END {
+      if (lines != 1) { print "FAIL: --phases " side ": " lines " lines, expected 1"; bad = 1 }
+      exit bad
+    }' "$out/phases.err" || exit 1
+done
+echo "ok: --phases"
+
 # Without -n the count comes from the warm-up (--time); both ranks must agree on it or the
 # run hangs, and the measured count is at least the fixed minimum.
 "$perf" msgrate --provider "$provider" -q -b 64 -e 64 --comms 1 --time 20 --csv "$out/timed.csv" \
@@ -137,7 +157,7 @@ echo "ok: --listen / --connect"
 # Refusals: a bad command line exits 2 with a message; a plugin that cannot load fails the run.
 for args in "bw -f 1" "bw --window 33" "nosuchmode" "bw -b 2M -e 1M" "bw --listen 1 --connect h:2" \
   "lat --order ahead" "bw --order sideways" "bw --load 65" "lat --timeline 10" \
-  "bw --timeline 0"; do
+  "bw --timeline 0" "bw --phases"; do
   status=0
   # shellcheck disable=SC2086
   "$perf" $args >/dev/null 2>"$out/bad.err" || status=$?

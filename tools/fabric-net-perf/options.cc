@@ -232,6 +232,11 @@ void printUsage(const char* argv0) {
       "                    acknowledgement; the receiver posts a round's receives before the\n"
       "                    sender starts it (ahead), as the sender starts (step), or once the\n"
       "                    sender has posted the round's sends (behind)\n"
+      "  --phases          with --order: per measured point, each rank's mean time a round\n"
+      "                    spends moving its messages and in the acknowledgement (posting the\n"
+      "                    next receives included), one CSV line per rank on stderr\n"
+      "                    (phases,engine,rank,dir,bytes,rounds,stream_us,ack_us): which side\n"
+      "                    bounds the round\n"
       "  --timeline MS     bw, bibw: every MS ms, the bytes each engine's messages moved\n"
       "                    and their GB/s on stderr, one CSV line per direction\n"
       "                    (timeline,engine,rank,dir,t_s,interval_s,bytes,gbps; t_s counted\n"
@@ -404,6 +409,8 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
         *error = "--timeline: '" + std::string(v) + "' is not a period in 1..600000 ms";
         return false;
       }
+    } else if (arg == "--phases") {
+      opts.phases = true;
     } else if (arg == "--pin" || arg == "--no-pin") {
       opts.pin = arg == "--pin" ? 1 : 0;
     } else if (arg == "-q" || arg == "--quiet") {
@@ -417,6 +424,10 @@ bool parseOptions(int argc, char** argv, Options* out, std::string* error, bool*
   if (opts.mode == Mode::kRma && !checkRmaOptions(opts, error)) return false;
   if (opts.order != Order::kFree && opts.mode != Mode::kBw && opts.mode != Mode::kMsgrate) {
     *error = "--order: bw and msgrate only (one rank sends, the other receives)";
+    return false;
+  }
+  if (opts.phases && opts.order == Order::kFree) {
+    *error = "--phases: with --order only (the phases are those of a round)";
     return false;
   }
   if (opts.timelineMs > 0 && opts.mode != Mode::kBw && opts.mode != Mode::kBibw) {

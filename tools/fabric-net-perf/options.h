@@ -45,6 +45,7 @@ struct Options {
   bool quiet = false;
   int load = 0;        // --load N: busy-looping processes beside the ranks (load.h)
   int timelineMs = 0;  // --timeline MS: bytes moved per MS ms on stderr (timeline.h); 0: off
+  bool phases = false;  // --phases: each rank's mean time a round spends in its two phases
   Order order = Order::kFree;
   // Local ranks on distinct CPUs (when there are enough): -1 lat only, 0 never, 1 always.
   // Measured on a loaded 2-CPU machine: pinning keeps two spinning ping-pong ranks from being

@@ -115,6 +115,12 @@ class Runner {
   std::string error_;
   unsigned idleSpins_ = 0;
   std::unique_ptr<Timeline> timeline_;  // --timeline
+  // --phases: the measured rounds' time in runStreams and in syncAcks (runRounds).
+  struct Phases {
+    double streamS = 0, ackS = 0;
+    long rounds = 0;
+  } phases_;
+  void printPhases(size_t bytes) const;
 };
 
 }  // namespace nnf::perf

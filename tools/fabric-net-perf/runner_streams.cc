@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 
 namespace nnf::perf {
@@ -210,9 +211,29 @@ bool Runner::runRounds(const std::vector<Stream*>& streams, long n) {
     }
     done += chunk;
     long next = opts_.order == Order::kAhead ? std::min(round, n - done) : 0;
-    if (!runStreams(streams, chunk) || !syncAcks(&streams, next)) return false;
+    auto start = Clock::now();
+    if (!runStreams(streams, chunk)) return false;
+    auto streamed = Clock::now();
+    if (!syncAcks(&streams, next)) return false;
+    phases_.streamS += seconds(streamed - start);
+    phases_.ackS += seconds(Clock::now() - streamed);
+    ++phases_.rounds;
   }
   return true;
+}
+
+void Runner::printPhases(size_t bytes) const {
+  static bool headerPrinted = false;
+  if (!headerPrinted) {
+    headerPrinted = true;
+    std::fprintf(stderr, "phases,engine,rank,dir,bytes,rounds,stream_us,ack_us\n");
+  }
+  double rounds = static_cast<double>(std::max<long>(phases_.rounds, 1));
+  bool receiver = !streams_.empty() && streams_.front().dir == Dir::kRecv;
+  std::fprintf(stderr, "phases,%s,%d,%s,%zu,%ld,%.3f,%.3f\n", e_.name(), boot_.rank(),
+               receiver ? "recv" : "send", bytes, phases_.rounds, phases_.streamS * 1e6 / rounds,
+               phases_.ackS * 1e6 / rounds);
+  std::fflush(stderr);
 }
 
 bool Runner::stepStreaming(size_t bytes, int comms, Row* row) {
@@ -227,9 +248,11 @@ bool Runner::stepStreaming(size_t bytes, int comms, Row* row) {
   if (w > 0 && !runBursts(active, w)) return false;
   if (!agreeCount(bytes, w, seconds(Clock::now() - warm0), &n)) return false;
   if (!boot_.barrier()) return fail(boot_.error());
+  phases_ = Phases{};
   auto t0 = Clock::now();
   if (!runBursts(active, n)) return false;
   double elapsed = seconds(Clock::now() - t0);
+  if (opts_.phases) printPhases(bytes);
   if (timeline_ != nullptr) timeline_->flush();
   bool both = opts_.mode == Mode::kBibw;
   row->bytes = bytes;

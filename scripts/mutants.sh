@@ -261,16 +261,16 @@ table() {
   # striped and whole on one rail, on the stand-in and on the real efa provider.
   mutant rail-down-kept src/core/rail_health.h \
     '    if (mask == 0) mask = (1u << rails) - 1;' '    mask = (1u << rails) - 1;' \
-    multirail_test 'Multirail.ARailWhosePathBreaks*' NNF_TEST_PROVIDER=efa+rdma+2rails
+    failover_test 'Failover.ARailWhosePathBreaks*' NNF_TEST_PROVIDER=efa+rdma+2rails
   mutant rail-down-kept-softefa src/core/rail_health.h \
     '    if (mask == 0) mask = (1u << rails) - 1;' '    mask = (1u << rails) - 1;' \
-    multirail_test 'Multirail.ARailWhosePathBreaks*' NNF_TEST_PROVIDER=softefa+rdma+2rails
+    failover_test 'Failover.ARailWhosePathBreaks*' NNF_TEST_PROVIDER=softefa+rdma+2rails
   # Rail recovery (issue 27, docs/failover.md step 3): a share in doubt is written again when
   # the receiver forgot it; the receiver forgets what landed of it and ignores late originals
   # (the fake fabric's failed rail lands one failed write in four all the same).
   mutant recovery-share-dropped src/protocol/rdma_send_recovery.cc \
     '    if (answer.resend != 0) {' '    if (false) {' \
-    rdma_failover_test,multirail_test 'RdmaFailover*:Multirail.ARailWhosePathBreaks*' \
+    rdma_failover_test,failover_test 'RdmaFailover*:Failover.ARailWhosePathBreaks*' \
     NNF_TEST_PROVIDER=softefa+rdma+2rails
   mutant recovery-late-original-counted src/protocol/rdma_slot_progress.h \
     '    if ((buffer.ignoredRails >> rail & 1u) != 0) return SegmentOutcome::kPending;' '' \
@@ -299,7 +299,7 @@ table() {
     rdma_failover_test 'RdmaFailover*' -
   mutant eager-recovery-off-softefa src/protocol/rdma_send_recovery.cc \
     '  if (!data && imm.kind != ImmKind::kEager) return false;' '  if (!data) return false;' \
-    multirail_test 'Multirail.EagerMessagesInFlight*' NNF_TEST_PROVIDER=softefa+rdma+2rails
+    failover_test 'Failover.EagerMessagesInFlight*' NNF_TEST_PROVIDER=softefa+rdma+2rails
   mutant recovery-second-failure-fails src/protocol/rdma_send_recovery.cc \
     '  if (!eager && sharesItsRail(op)) return false;' \
     '  if (op.segment.resent != 0) return false;' \
@@ -312,7 +312,7 @@ table() {
   # context, and the message would be lost unseen (its send done, its receive waiting forever).
   mutant rail-inject-multirail src/protocol/rdma_striping.cc \
     'hostBuffer && comm_.rails() == 1;' 'hostBuffer;' \
-    multirail_test 'Multirail.ARailWhosePathBreaks*' NNF_TEST_PROVIDER=softefa+rdma+2rails
+    failover_test 'Failover.ARailWhosePathBreaks*' NNF_TEST_PROVIDER=softefa+rdma+2rails
 }
 
 # ---------------------------------------------------------------------------------------------

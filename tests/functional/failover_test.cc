@@ -1,0 +1,451 @@
+// A rail that fails, and what the plugin does about it (issue 27, docs/failover.md): the device
+// names the broken NIC once, leaves it out of later messages, and every write that was on it and
+// did not land goes again on a rail still up; a mended NIC rejoins. The NICs are those of the
+// EFA-rules stand-in (efa+rdma+2rails, +4rails) or of the software EFA device under libfabric's
+// real efa provider (softefa+rdma+2rails, +4rails); their links break and mend through the
+// stand-ins' controls (a control file naming the NICs that are down, or a count of operations).
+// Every byte of every message is checked. With one rail every test skips.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/harness.h"
+#include "support/patterns.h"
+#include "support/plugin_ops.h"
+#include "support/rails.h"
+#include "support/scoped_env.h"
+#include "support/test_env.h"
+
+namespace nnf::test {
+namespace {
+
+constexpr int kTag = 0x3C;
+constexpr size_t kTail = 4096;  // bytes past each message checked for stray writes
+
+// The link-control file of a test (NNF_EFA_RULES_FAIL_FILE, NNF_SOFT_EFA_FAIL_FILE): the NICs
+// it names are down for both processes (the stand-ins read it at their next post, at most every
+// millisecond). Removed with the test.
+class LinkControl {
+ public:
+  explicit LinkControl(const std::string& name)
+      : path_("/tmp/nnf-" + name + "-" + std::to_string(getpid())) {
+    std::remove(path_.c_str());
+    env_.set("NNF_EFA_RULES_FAIL_FILE", path_);
+    env_.set("NNF_SOFT_EFA_FAIL_FILE", path_);
+  }
+  ~LinkControl() { std::remove(path_.c_str()); }
+  // Takes the links of `nics` down ("1", "1,2"), or mends every link ("").
+  void setDown(const char* nics) {
+    FILE* file = std::fopen((path_ + ".new").c_str(), "w");
+    ASSERT_NE(file, nullptr);
+    if (*nics != '\0') std::fprintf(file, "%s\n", nics);
+    ASSERT_EQ(std::fclose(file), 0);
+    ASSERT_EQ(std::rename((path_ + ".new").c_str(), path_.c_str()), 0);
+  }
+
+ private:
+  std::string path_;
+  ScopedEnv env_;
+};
+
+// Posts a receive for each of `count` messages in turn (message i has sizeOf(i) bytes and the
+// pattern of i), each followed by a tail of sentinels, waits for all of them and checks every
+// byte and the sizes test() reported.
+void receiveEachAndVerify(Peer& peer, void* comm, int count,
+                          const std::function<int(int)>& sizeOf) {
+  std::vector<size_t> offsets(count + 1, 0);
+  for (int i = 0; i < count; ++i) offsets[i + 1] = offsets[i] + sizeOf(i) + kTail;
+  HostBuffer buffer(offsets[count]);
+  memset(buffer.data(), 0xA5, buffer.size());
+  void* mh;
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+  std::vector<void*> requests(count);
+  for (int i = 0; i < count; ++i) {
+    ASSERT_NO_FATAL_FAILURE(
+        postRecv(peer, comm, buffer.data() + offsets[i], sizeOf(i), kTag, mh, &requests[i]));
+  }
+  std::vector<int> got;
+  ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &got));
+  for (int i = 0; i < count; ++i) {
+    SCOPED_TRACE("message " + std::to_string(i) + " of " + std::to_string(sizeOf(i)) + " B");
+    EXPECT_EQ(got[i], sizeOf(i));
+    EXPECT_TRUE(verifyPattern(buffer.data() + offsets[i], sizeOf(i), i));
+    EXPECT_TRUE(verifySentinel(buffer.data() + offsets[i] + sizeOf(i), kTail));
+  }
+  dereg(peer, comm, mh);
+}
+
+// Sends message `index` (`size` bytes of its pattern, from `data`) and waits until it completed,
+// successfully.
+void sendOneAndWait(Peer& peer, void* comm, uint8_t* data, int size, void* mh, int index) {
+  fillPattern(data, size, index);
+  void* request;
+  ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, data, size, kTag, mh, &request));
+  Outcome outcome = pollRequest(peer, request, nullptr);
+  ASSERT_FALSE(outcome.timedOut) << "message " << index;
+  EXPECT_EQ(outcome.result, abi::kSuccess) << "message " << index << " failed";
+}
+
+// Sends `windows` windows of `window` messages (message m: sizeOf(m) bytes of its pattern, from
+// its own slot of `slotBytes`), each window posted whole and waited for, every send succeeding.
+void sendWindows(Peer& peer, void* comm, int windows, int window, size_t slotBytes,
+                 const std::function<int(int)>& sizeOf) {
+  HostBuffer buffer(slotBytes * window);
+  void* mh;
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+  for (int first = 0; first < windows * window; first += window) {
+    std::vector<void*> requests;
+    for (int m = first; m < first + window; ++m) {
+      uint8_t* slot = buffer.data() + slotBytes * (m - first);
+      fillPattern(slot, sizeOf(m), m);
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, slot, sizeOf(m), kTag, mh, &request));
+      requests.push_back(request);
+    }
+    std::vector<int> sizes;
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));
+  }
+  dereg(peer, comm, mh);
+}
+
+// Receives what sendWindows sends, a window's receives posted at once, and checks every byte,
+// the sizes test() reported and the sentinels after each message.
+void receiveWindowsAndVerify(Peer& peer, void* comm, int windows, int window, size_t slotBytes,
+                             const std::function<int(int)>& sizeOf) {
+  const size_t room = slotBytes + kTail;
+  HostBuffer buffer(room * window);
+  void* mh;
+  ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+  for (int first = 0; first < windows * window; first += window) {
+    memset(buffer.data(), 0xA5, buffer.size());
+    std::vector<void*> requests;
+    for (int m = first; m < first + window; ++m) {
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(
+          postRecv(peer, comm, buffer.data() + room * (m - first), sizeOf(m), kTag, mh, &request));
+      requests.push_back(request);
+    }
+    std::vector<int> sizes;
+    ASSERT_NO_FATAL_FAILURE(waitAll(peer, requests, &sizes));
+    for (int m = first; m < first + window; ++m) {
+      SCOPED_TRACE("message " + std::to_string(m));
+      const uint8_t* slot = buffer.data() + room * (m - first);
+      EXPECT_EQ(sizes[m - first], sizeOf(m));
+      EXPECT_TRUE(verifyPattern(slot, sizeOf(m), m));
+      EXPECT_TRUE(verifySentinel(slot + sizeOf(m), kTail));
+    }
+  }
+  dereg(peer, comm, mh);
+}
+
+// Messages 0..count-1 (sizeOf(i) bytes of pattern i), one at a time, each waited for at both
+// ends: `beforeSend(peer, i)` runs in the sender before message i, `senderDone` after the last
+// message and `receiverDone` once every message was received and checked, each before its close.
+void runOneAtATime(int count, const std::function<int(int)>& sizeOf,
+                   const std::function<void(Peer&, int)>& beforeSend,
+                   const std::function<void(Peer&)>& senderDone,
+                   const std::function<void(Peer&)>& receiverDone) {
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    HostBuffer buffer(size_t{1} << 20);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    for (int i = 0; i < count; ++i) {
+      ASSERT_NO_FATAL_FAILURE(beforeSend(peer, i));
+      ASSERT_NO_FATAL_FAILURE(sendOneAndWait(peer, comm, buffer.data(), sizeOf(i), mh, i));
+    }
+    senderDone(peer);
+    dereg(peer, comm, mh);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    ASSERT_NO_FATAL_FAILURE(receiveEachAndVerify(peer, comm, count, sizeOf));
+    receiverDone(peer);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 180);
+}
+
+// The speed the device reports now: what communicators built from now on hear.
+int reportedSpeed(Peer& peer) {
+  abi::PropertiesV8 now{};
+  EXPECT_EQ(peer.net->getProperties(peer.dev, &now), abi::kSuccess);
+  return now.speed;
+}
+
+// INFO lines of this process that contain `text`.
+int infoLinesWith(Peer& peer, const std::string& text) {
+  int count = 0;
+  for (const std::string& line : peer.infoTexts()) count += line.find(text) != std::string::npos;
+  return count;
+}
+
+// What the plugin said of its rails' failures, `broken` in the order they broke: the device names
+// each once with the rails left, never blames the healthy leader, and no comm reports a failed
+// write.
+void expectRailWarnings(Peer& peer, const std::vector<int>& broken) {
+  int leader = 0, failedWrites = 0;
+  std::vector<int> named(broken.size(), 0);
+  for (const std::string& text : peer.warningTexts()) {
+    for (size_t k = 0; k < broken.size(); ++k) {
+      const std::string rail =
+          "rail " + std::to_string(broken[k]) + " (NIC " + efaRulesDomainName(broken[k]) + ")";
+      if (text.find(rail) == std::string::npos) continue;
+      ++named[k];
+      const std::string left = "moves data on " + std::to_string(testRails() - 1 - int(k)) +
+                               " of " + std::to_string(testRails()) + " rails";
+      EXPECT_NE(text.find(left), std::string::npos) << text;
+    }
+    leader += text.find("rail 0 (NIC") != std::string::npos;
+    failedWrites +=
+        text.find("failed:") != std::string::npos && text.find("on comm") != std::string::npos;
+  }
+  for (size_t k = 0; k < broken.size(); ++k)
+    EXPECT_EQ(named[k], 1) << "rail " << broken[k] << " is named once";
+  EXPECT_EQ(leader, 0) << "the healthy leader was blamed";
+  EXPECT_EQ(failedWrites, 0) << "a write's failure reached its comm";
+}
+
+// Shares the receiver was asked about (written again, or found in a buffer that had ended).
+int sharesAskedAbout(Peer& peer) {
+  return infoLinesWith(peer, "the sender's write on rail");
+}
+
+int sharesWrittenAgain(Peer& peer) {
+  int count = 0;
+  for (const std::string& text : peer.infoTexts()) {
+    count += text.find("its share is written again on another rail") != std::string::npos;
+  }
+  return count;
+}
+
+// A NIC whose link breaks in mid-stream (the stand-ins' link control file names it: its writes
+// and those addressed to it fail with efa's "unreachable" or "unresponsive remote"). The device
+// names it once and leaves it out of later messages (striped over the rails left, or whole on
+// one of them in turn), `getProperties` reports the speed left, and the message that had a share
+// on it when it broke loses nothing: the sender asks the receiver about that share and writes it
+// again on the rail left. Messages of three sizes in turn (two whole on one rail, one striped),
+// each waited for before the next is posted. The messages whole on one rail take the rails in
+// turn, so the 1 KiB ones go on rail 1, and the link breaks before one of them: a small message
+// of host memory, which on a comm of one rail goes inline (an inject whose failure efa reports
+// without its context, and which would be lost unseen).
+TEST(Failover, ARailWhosePathBreaksIsLeftOutAndNoMessageIsLost) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  if (testRails() < 2) GTEST_SKIP() << "needs two rails or more";
+  constexpr int kHealthy = 7;    // messages before the link breaks: the next is 1 KiB
+  constexpr int kMessages = 18;  // in all
+  const int kSizes[3] = {64 << 10, 1024, 1 << 20};
+  LinkControl links("failover-path");
+  auto beforeSend = [&](Peer&, int i) {
+    if (i != kHealthy) return;
+    ASSERT_NO_FATAL_FAILURE(links.setDown("1"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  auto senderDone = [&](Peer& peer) {
+    expectRailWarnings(peer, {1});
+    EXPECT_EQ(reportedSpeed(peer), peer.props.speed / testRails() * (testRails() - 1));
+  };
+  auto receiverDone = [&](Peer& peer) {
+    // The message in flight when the link broke, and no later one: they left the rail out.
+    EXPECT_EQ(sharesWrittenAgain(peer), 1);
+  };
+  runOneAtATime(
+      kMessages, [&](int i) { return kSizes[i % 3]; }, beforeSend, senderDone, receiverDone);
+}
+
+// A NIC whose link breaks and is mended (issue 27: "a restored rail carries data again within
+// 5 s"; the time is printed, not asserted: a busy machine sets it). While it is down the device
+// probes it (an RMA read through it, every NCCL_FABRIC_RAIL_PROBE_MS: 1 s); once the link works the
+// next probe succeeds, the device says so in one INFO line, reports the full speed again, and new
+// messages are striped over it again (the stand-in counts its bytes; on the software device a
+// second break of the link shows it: a share that was on it fails and goes again, "failed again").
+// Every message verified, one WARN.
+TEST(Failover, ARailWhoseLinkIsMendedCarriesDataAgain) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  if (testRails() < 2) GTEST_SKIP() << "needs two rails or more";
+  constexpr int kBroken = 7;        // messages before the link breaks
+  constexpr int kMended = 12;       // messages before it is mended
+  constexpr int kBrokenAgain = 18;  // messages before it breaks again
+  constexpr int kMessages = 21;
+  constexpr int kStriped = 1 << 20;
+  const int kSizes[3] = {64 << 10, 1024, kStriped};
+  auto sizeOf = [&](int i) { return i < kMended ? kSizes[i % 3] : kStriped; };
+  LinkControl links("failover-mend");
+  const std::string rejoined = "rail 1 (NIC " + efaRulesDomainName(1) + ") works again";
+  const std::string failedAgain = "rail 1 (NIC " + efaRulesDomainName(1) + ") failed again";
+  std::map<std::string, uint64_t> beforeMended;
+  auto beforeSend = [&](Peer& peer, int i) {
+    if (i == kBroken || i == kBrokenAgain) {
+      ASSERT_NO_FATAL_FAILURE(links.setDown("1"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (i == kMended) {
+      ASSERT_NO_FATAL_FAILURE(links.setDown(""));
+      auto mended = std::chrono::steady_clock::now();
+      // The device's own thread probes: nobody needs to call the plugin meanwhile.
+      // Wall time is the machine's: it is reported, and only a hang is bounded (the probe's
+      // own timing is bounded in fake time by RdmaFailoverOverFakeFabric).
+      while (infoLinesWith(peer, rejoined) == 0 &&
+             std::chrono::steady_clock::now() - mended < std::chrono::seconds(60)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - mended).count();
+      ASSERT_EQ(infoLinesWith(peer, rejoined), 1) << "not back after " << seconds << " s";
+      std::printf("[ mended  ] rail 1 rejoined %.2f s after its link was mended\n", seconds);
+      EXPECT_EQ(reportedSpeed(peer), peer.props.speed) << "the full speed is reported again";
+      if (!onSoftEfa()) beforeMended = carriedByRail();
+    }
+    if (i == kBrokenAgain && !onSoftEfa()) {
+      std::map<std::string, uint64_t> after = carriedByRail();
+      EXPECT_TRUE(
+          everyRailCarried(beforeMended, after, uint64_t{kStriped} * (kBrokenAgain - kMended)));
+    }
+  };
+  auto senderDone = [&](Peer& peer) {
+    expectRailWarnings(peer, {1});
+    EXPECT_EQ(infoLinesWith(peer, failedAgain), 1) << "the rail carried nothing after it rejoined";
+  };
+  auto receiverDone = [&](Peer& peer) {
+    // One share in flight at each break.
+    EXPECT_EQ(sharesWrittenAgain(peer), 2);
+  };
+  runOneAtATime(kMessages, sizeOf, beforeSend, senderDone, receiverDone);
+}
+
+// The link of NIC 1 breaks while windows of 16 messages are in flight (after a number of its
+// operations: NNF_*_FAIL_AFTER_OPS): writes taken before the break complete with an error, on
+// the stand-in with their bytes possibly landed (the acknowledgement lost), so the receiver may
+// have counted part of a share, or all of a buffer, when the sender asks. Every message arrives
+// whole, once: nothing counted twice (a buffer completing early would fail the pattern check of
+// its last bytes), nothing lost.
+TEST(Failover, AWindowInFlightWhenARailBreaksArrivesWhole) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  if (testRails() < 2) GTEST_SKIP() << "needs two rails or more";
+  constexpr int kWindow = 16;
+  constexpr int kWindows = 4;
+  auto sizeOf = [](int i) { return i % 2 == 0 ? 1 << 20 : (64 << 10) + 4096 * (i % 5); };
+  ScopedEnv env;
+  // NIC 1 goes down for good after 24 operations taken on it: inside the second window.
+  env.set("NNF_EFA_RULES_FAIL_AFTER_OPS", "1:24");
+  env.set("NNF_SOFT_EFA_FAIL_AFTER_OPS", "1:24");
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    ASSERT_NO_FATAL_FAILURE(sendWindows(peer, comm, kWindows, kWindow, size_t{1} << 20, sizeOf));
+    expectRailWarnings(peer, {1});
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    ASSERT_NO_FATAL_FAILURE(
+        receiveWindowsAndVerify(peer, comm, kWindows, kWindow, size_t{1} << 20, sizeOf));
+    // Writes in flight when the link broke (a window's at most), and none later; each written
+    // again, or found in a buffer that had ended (the stand-in may land a write it fails, and
+    // with four rails a window's shares on the broken rail may all have landed).
+    const int asked = sharesAskedAbout(peer);
+    EXPECT_GE(asked, 1) << "no share was asked about: the test missed its case";
+    EXPECT_LE(asked, kWindow) << "later messages did not leave the rail out";
+    EXPECT_LE(sharesWrittenAgain(peer), asked);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 180);
+}
+
+// The link of NIC 1 breaks while windows of 32 small messages are in flight: most of them go
+// eagerly, over both rails in turn, into the receiver's bounce entries. Those on NIC 1 when it
+// breaks fail at the sender (on the stand-in some after landing), are asked about by their entry
+// and its generation and written again into the same entry on the leader; the receiver takes
+// each once. Every message arrives whole, once, and no request fails.
+TEST(Failover, EagerMessagesInFlightWhenARailBreaksArriveOnce) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  if (testRails() < 2) GTEST_SKIP() << "needs two rails or more";
+  constexpr int kWindow = 32;
+  constexpr int kWindows = 8;
+  constexpr int kSlot = 4096;
+  auto sizeOf = [](int i) { return 64 + (i * 389) % (kSlot - 64); };
+  ScopedEnv env;
+  // NIC 1 goes down for good after 48 operations taken on it: a few windows in.
+  env.set("NNF_EFA_RULES_FAIL_AFTER_OPS", "1:48");
+  env.set("NNF_SOFT_EFA_FAIL_AFTER_OPS", "1:48");
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    ASSERT_NO_FATAL_FAILURE(sendWindows(peer, comm, kWindows, kWindow, kSlot, sizeOf));
+    expectRailWarnings(peer, {1});
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    ASSERT_NO_FATAL_FAILURE(receiveWindowsAndVerify(peer, comm, kWindows, kWindow, kSlot, sizeOf));
+    int asked = infoLinesWith(peer, "the sender's eager message on rail 1");
+    std::printf("[ eager    ] %d eager messages asked about, %d taken twice and left alone\n",
+                asked, infoLinesWith(peer, "landed a second time"));
+    EXPECT_GE(asked, 1) << "no eager message was asked about: the test missed its case";
+    EXPECT_LE(asked, kWindow) << "later messages did not leave the rail out";
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 180);
+}
+
+// Two NICs of four break one after the other (two NIC planes failing at different times), while
+// messages of three sizes go one at a time (two whole on one rail, one striped over the rails
+// up). At each break the first message with a share on the newly broken rail loses it there;
+// the sender asks the receiver about it and writes it again on a rail still up. The device names
+// each rail once, with the rails left ("3 of 4", then "2 of 4"), reports half its speed at the
+// end, and every message arrives whole, once. With two rails the second break would be the last
+// rail's, which fails its comms by design.
+TEST(Failover, TwoRailsThatBreakOneAfterTheOtherLoseNothing) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  if (testRails() < 3) GTEST_SKIP() << "needs three rails or more (efa+rdma+4rails)";
+  constexpr int kFirstBreak = 7;    // messages before NIC 1's link breaks
+  constexpr int kSecondBreak = 14;  // messages before NIC 2's breaks too
+  constexpr int kMessages = 24;
+  const int kSizes[3] = {64 << 10, 1024, 1 << 20};
+  LinkControl links("failover-two");
+  auto beforeSend = [&](Peer&, int i) {
+    if (i != kFirstBreak && i != kSecondBreak) return;
+    ASSERT_NO_FATAL_FAILURE(links.setDown(i == kFirstBreak ? "1" : "1,2"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  auto senderDone = [&](Peer& peer) {
+    expectRailWarnings(peer, {1, 2});
+    EXPECT_EQ(reportedSpeed(peer), peer.props.speed / testRails() * (testRails() - 2));
+  };
+  auto receiverDone = [&](Peer& peer) {
+    // One share at each break (the messages go one at a time, and later ones leave the rail
+    // out), written again or found in a buffer that had ended.
+    const int asked = sharesAskedAbout(peer);
+    std::printf("[ failover ] %d shares asked about, %d written again\n", asked,
+                sharesWrittenAgain(peer));
+    EXPECT_EQ(asked, 2);
+    EXPECT_GE(sharesWrittenAgain(peer), 1);
+  };
+  runOneAtATime(
+      kMessages, [&](int i) { return kSizes[i % 3]; }, beforeSend, senderDone, receiverDone);
+}
+
+}  // namespace
+}  // namespace nnf::test

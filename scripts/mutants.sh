@@ -313,6 +313,11 @@ table() {
   mutant rail-inject-multirail src/protocol/rdma_striping.cc \
     'hostBuffer && comm_.rails() == 1;' 'hostBuffer;' \
     failover_test 'Failover.ARailWhosePathBreaks*' NNF_TEST_PROVIDER=softefa+rdma+2rails
+  # Writes efa queued behind a handshake that failed (a NIC down before its first write to the
+  # peer) are never completed: without taking them back the message waits for ever.
+  mutant stranded-kept src/core/device_endpoint.cc \
+    '    releaseStranded(rail);' '    (void)rail;' \
+    failover_test 'Failover.ANicDownBeforeItsFirstWrite*' NNF_TEST_PROVIDER=softefa+rdma+2rails
 }
 
 # ---------------------------------------------------------------------------------------------

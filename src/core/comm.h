@@ -75,6 +75,9 @@ class Comm : public OperationOwner {
   // The device is going: end every use of a memory registration the comm still holds, while
   // the registry lives (the comm itself goes after the endpoint has closed).
   virtual void releaseRegistrations() {}
+  // The device removed a peer's address from rail `rail` and inserted it again
+  // (Device::releaseStranded): where the comm kept `from` for it, it keeps `to`.
+  virtual void replacePeer(size_t rail, fi_addr_t from, fi_addr_t to) {}
   // A closing thread waits on this comm: the device must not free it yet.
   bool held() const { return held_; }
   void setHeld(bool held) { held_ = held; }

@@ -8,10 +8,10 @@
 
 #include "core/comm.h"
 #include "core/memory_registry.h"
+#include "core/protocol.h"
 #include "core/request.h"
 #include "core/sequence_table.h"
 #include "memory/region.h"
-#include "core/protocol.h"
 
 namespace nnf::core {
 
@@ -44,6 +44,19 @@ class DataComm : public Comm {
   // The peer on each rail both ends drive (a send comm learns them from the accept message;
   // rail 0 is peer()). Data may move on rails 0..rails()-1.
   fi_addr_t peer(size_t rail) const { return rail == 0 ? peer_ : railPeers_[rail - 1]; }
+  // Each operation of the comm's requests that is with the provider on `rail`.
+  template <typename Visit>
+  void forEachInFlightOn(size_t rail, Visit&& visit) {
+    forEachRequest([&](Request& request) {
+      for (int i = 0; i < request.count; ++i) {
+        if (request.ops[i].inFlight && request.ops[i].rail == rail) visit(request.ops[i]);
+      }
+    });
+  }
+  void replacePeer(size_t rail, fi_addr_t from, fi_addr_t to) override {
+    fi_addr_t& current = rail == 0 ? peer_ : railPeers_[rail - 1];
+    if (current == from) current = to;
+  }
   size_t rails() const { return rails_; }
   uint32_t remoteId() const { return remoteId_; }
 

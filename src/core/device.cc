@@ -191,28 +191,11 @@ void Device::onTransferError(size_t rail, const Operation& op, int error, const 
   if (railCount_ < 2 || error == FI_ECANCELED || rail >= railCount_) return;
   if (railProbe_ != nullptr && railProbe_->owns(op)) return;
   bool detail = text != nullptr && *text != '\0' && strcmp(text, fi_strerror(error)) != 0;
-  if (RailHealth::isPathFailure(error) && railHealth_.markDown(rail, nowNs())) {
-    railErrorsReported_ |= 1u << rail;
-    size_t carrying = railHealth_.upCount();
-    // NCCL reads the speed when it builds a communicator: later ones see the rails left.
-    properties_.speedMbps = speedWith(carrying);
-    // The keeper probes the rail from now on, whether or not the application calls.
-    if (railProbe_ != nullptr && keeper_ != nullptr) keeper_->wake();
-    if (railHealth_.failures(rail) == 1) {
-      NNF_WARN(
-          "device %d: rail %zu (NIC %s) failed a %zu-byte %s: %s%s%s%s; its path is broken: this "
-          "device moves data on %zu of %zu rails from now on, and what was in flight on it goes "
-          "again on the others (rdma)%s",
-          index_, rail, railName(rail), op.length, opTypeName(op.type), fi_strerror(error),
-          detail ? " (" : "", detail ? text : "", detail ? ")" : "", carrying, railCount_,
-          railProbe_ != nullptr ? "; it is probed and rejoins when it works again" : "");
-    } else {
-      NNF_INFO(abi::kLogSubsysNet,
-               "device %d: rail %zu (NIC %s) failed again (%u times now): %s%s%s%s; %zu of %zu "
-               "rails carry data",
-               index_, rail, railName(rail), railHealth_.failures(rail), fi_strerror(error),
-               detail ? " (" : "", detail ? text : "", detail ? ")" : "", carrying, railCount_);
-    }
+  if (RailHealth::isPathFailure(error)) {
+    char what[320];
+    snprintf(what, sizeof(what), "failed a %zu-byte %s: %s%s%s%s", op.length, opTypeName(op.type),
+             fi_strerror(error), detail ? " (" : "", detail ? text : "", detail ? ")" : "");
+    railPathBroke(rail, what);
     return;
   }
   if ((railErrorsReported_ & (1u << rail)) != 0) return;
@@ -224,20 +207,43 @@ void Device::onTransferError(size_t rail, const Operation& op, int error, const 
       detail ? " (" : "", detail ? text : "", detail ? ")" : "");
 }
 
+void Device::railPathBroke(size_t rail, const char* what) {
+  if (!railHealth_.markDown(rail, nowNs())) return;  // down already: its first failure told
+  railErrorsReported_ |= 1u << rail;
+  size_t carrying = railHealth_.upCount();
+  // NCCL reads the speed when it builds a communicator: later ones see the rails left.
+  properties_.speedMbps = speedWith(carrying);
+  // The keeper probes the rail from now on, whether or not the application calls.
+  if (railProbe_ != nullptr && keeper_ != nullptr) keeper_->wake();
+  if (railHealth_.failures(rail) == 1) {
+    NNF_WARN(
+        "device %d: rail %zu (NIC %s) %s; its path is broken: this device moves data on %zu of "
+        "%zu rails from now on, and what was in flight on it goes again on the others (rdma)%s",
+        index_, rail, railName(rail), what, carrying, railCount_,
+        railProbe_ != nullptr ? "; it is probed and rejoins when it works again" : "");
+  } else {
+    NNF_INFO(abi::kLogSubsysNet,
+             "device %d: rail %zu (NIC %s) failed again (%u times now): %s; %zu of %zu rails "
+             "carry data",
+             index_, rail, railName(rail), railHealth_.failures(rail), what, carrying, railCount_);
+  }
+}
+
 int Device::speedWith(size_t rails) const {
   return static_cast<int>(int64_t{fullSpeedMbps_} * static_cast<int64_t>(rails) /
                           static_cast<int64_t>(railCount_));
 }
 
 uint64_t Device::probeRails() {
-  if (railProbe_ == nullptr || railHealth_.allUp()) return UINT64_MAX;
   uint64_t now = nowNs();
+  uint64_t strandedWaitNs = releaseStrandedWhenDue(now);
+  if (railProbe_ == nullptr || railHealth_.allUp()) return strandedWaitNs;
   for (int rail = railHealth_.takeDueProbe(now); rail >= 0; rail = railHealth_.takeDueProbe(now)) {
     if (!railProbe_->post(static_cast<size_t>(rail))) {
       railHealth_.probeFailed(static_cast<size_t>(rail), now);
     }
   }
-  return railHealth_.nextProbeInNs(now);
+  return std::min(railHealth_.nextProbeInNs(now), strandedWaitNs);
 }
 
 void Device::onProbeEnded(size_t rail, int error, const char* text) {

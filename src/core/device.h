@@ -197,8 +197,9 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   uint64_t handedOverCount() const { return handedOver_; }
   bool engineHoldsWaiting() const { return engine_->holdsWaiting(); }
   void keeperWentIdle() { keeperArmed_ = false; }
-  // For the keeper: posts the probes of down rails that are due; how long until it should look
-  // again for them (0: a probe is in flight), UINT64_MAX when no rail waits for a probe.
+  // For the keeper: takes back the writes stranded on a rail whose endpoint failed, once their
+  // grace is over (device_endpoint.cc), and posts the probes of down rails that are due; how long
+  // until it should look again (0: a probe is in flight), UINT64_MAX when nothing waits.
   uint64_t probeRails();
   // A rail probe ended (RailProbe): error 0, the rail rejoins; else it stays down.
   void onProbeEnded(size_t rail, int error, const char* text);
@@ -236,6 +237,17 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   void onRemoteWrite(size_t rail, uint64_t data, size_t length) override;
   bool onRemoteWriteError(uint64_t data, const char* why) override;
   void onTransferError(size_t rail, const Operation& op, int error, const char* text) override;
+  void onEndpointError(size_t rail, int error, const char* text) override;
+  // Rail `rail`'s path is broken (`what`: how it showed): left out of new messages, probed, named
+  // in one WARN (an INFO when it fails again after rejoining).
+  void railPathBroke(size_t rail, const char* what);
+  // The writes of a rail whose endpoint failed that are still with the provider once the grace
+  // is over (efa never completes what it queued behind a failed handshake): their peers'
+  // addresses are removed from the rail (which ends them in the provider, silently), each fails
+  // as a broken path's write does (the rdma protocol asks and writes it again elsewhere), and the
+  // addresses go back fresh. Returns how long until the next is due (UINT64_MAX: none).
+  uint64_t releaseStrandedWhenDue(uint64_t now);
+  void releaseStranded(size_t rail);
   const char* railName(size_t rail) const;
   // The device's speed over `rails` of its rails (NCCL reads it for each new communicator).
   int speedWith(size_t rails) const;
@@ -261,6 +273,9 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   RailHealth railHealth_;
   int fullSpeedMbps_ = 0;            // the speed with every rail up
   uint32_t railErrorsReported_ = 0;  // bit r: rail r's first failure was named (one WARN a rail)
+  uint32_t endpointErrorsReported_ = 0;  // bit r: an endpoint error of rail r was named
+  // When the writes stranded on rail r are taken back (0: nothing pending), device lock.
+  uint64_t strandedDueNs_[memory::kMaxRails] = {};
   std::string provider_;
   bool localOnly_ = false;
   size_t injectLimit_ = 0;

@@ -37,6 +37,8 @@ class DeviceRails {
   // Inserts a peer's endpoint address into rail `rail`'s address vector: 0 and *out set, or a
   // negative libfabric error.
   virtual int insertAddress(size_t rail, const uint8_t* address, size_t length, fi_addr_t* out) = 0;
+  // Removes a peer's address from a rail: the provider completes nothing more for it there.
+  virtual int removeAddress(size_t rail, fi_addr_t address) = 0;
   virtual OperationEngine& engine() = 0;
   // The leader's registrar (control buffers, the protocols' per-device arenas), and the one that
   // registers data buffers on every rail (the leader's where there is one rail).

@@ -171,22 +171,16 @@ abi::Result FabricEngine::progress(EngineEvents& events) {
   }
   if (!rx_.waiting.empty() || rx_.fullSinceNs != 0) retryQueued(rx_, events);
   if (!tx_.waiting.empty() || tx_.fullSinceNs != 0) retryQueued(tx_, events);
-  if (--eventCheckCountdown_ == 0) checkEvents();
+  if (--eventCheckCountdown_ == 0) checkEvents(events);
   return abi::kSuccess;
 }
 
-void FabricEngine::checkEvents() {
+void FabricEngine::checkEvents(EngineEvents& events) {
   eventCheckCountdown_ = kEventCheckInterval;
   std::string text;
+  int error = 0;
   for (size_t r = 0; r < rails_.size(); ++r) {
-    while (rails_[r]->readEventError(&text)) {
-      // The comms to that peer fail through their own operations; this says why, once a rail.
-      if (eventReported_.size() < rails_.size()) eventReported_.resize(rails_.size());
-      if (eventReported_[r]) continue;
-      eventReported_[r] = true;
-      NNF_WARN("device %d: NIC %s reported an endpoint error: %s", settings_.deviceIndex,
-               railName(r), text.c_str());
-    }
+    while (rails_[r]->readEventError(&error, &text)) events.onEndpointError(r, error, text.c_str());
   }
 }
 

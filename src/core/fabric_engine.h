@@ -40,6 +40,10 @@ class FabricEngine final : public OperationEngine {
   abi::Result inject(const Operation& op) override;
   void cancel(Operation& op) override { rails_[op.rail]->cancel(&op.context); }
   void unqueue(Operation& op) override { laneOf(op).waiting.remove(op); }
+  void release(Operation& op) override {
+    op.inFlight = false;
+    --laneOf(op).posted;
+  }
   abi::Result progress(EngineEvents& events) override;
   bool holdsWaiting() const override { return !rx_.waiting.empty() || !tx_.waiting.empty(); }
   size_t injectLimit() const override { return settings_.injectLimit; }
@@ -71,7 +75,7 @@ class FabricEngine final : public OperationEngine {
   void dispatchError(size_t railIndex, EngineEvents& events);
   // Reads the rails' event queues (where the provider has them) every kEventCheckInterval
   // progress calls: handshake failures are reported there, seldom.
-  void checkEvents();
+  void checkEvents(EngineEvents& events);
   const char* railName(size_t index) const {
     return index < settings_.railNames.size() ? settings_.railNames[index].c_str() : "?";
   }
@@ -84,7 +88,6 @@ class FabricEngine final : public OperationEngine {
   Lane rx_{"receive"};  // NOLINT: named lanes
   Lane tx_{"transmit"};
   uint32_t eventCheckCountdown_ = kEventCheckInterval;
-  std::vector<bool> eventReported_;  // per rail: one WARN
   bool unattributedErrorReported_ = false;
 };
 

@@ -31,6 +31,9 @@ class FabricRails final : public DeviceRails {
   int insertAddress(size_t rail, const uint8_t* address, size_t length, fi_addr_t* out) override {
     return rails_[rail]->insertAddress(address, length, out);
   }
+  int removeAddress(size_t rail, fi_addr_t address) override {
+    return rails_[rail]->removeAddress(address);
+  }
   OperationEngine& engine() override { return *engine_; }
   memory::Registrar& leaderRegistrar() override { return *registrars_.front(); }
   memory::Registrar& dataRegistrar() override {

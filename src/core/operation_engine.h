@@ -31,6 +31,9 @@ class EngineEvents {
   // One of our operations on rail `rail` failed with `error` (positive; `text`: the provider's
   // words, may be null), just before its owner hears of it: the device judges the rail.
   virtual void onTransferError(size_t rail, const Operation& op, int error, const char* text) = 0;
+  // Rail `rail`'s endpoint reported an error of its own (`error` positive; `text`: libfabric's
+  // words): efa's handshake with a peer failed, for one.
+  virtual void onEndpointError(size_t rail, int error, const char* text) = 0;
 
  protected:
   ~EngineEvents() = default;
@@ -55,6 +58,9 @@ class OperationEngine {
   virtual void cancel(Operation& op) = 0;
   // Takes a waiting (op.queued) operation back; nothing for one that is not waiting.
   virtual void unqueue(Operation& op) = 0;
+  // Forgets `op`, in flight: the provider will never complete it (its peer's address was
+  // removed from the rail). Its place in the queue is free again; the caller ends it.
+  virtual void release(Operation& op) = 0;
   // Reads what ended and dispatches it (owners, `events`), then posts what waits.
   virtual abi::Result progress(EngineEvents& events) = 0;
   // Operations wait in the engine for room in the provider's queues: only progress() posts them.

@@ -124,6 +124,10 @@ int Rail::insertAddress(const void* address, size_t length, fi_addr_t* out) {
   return 0;
 }
 
+int Rail::removeAddress(fi_addr_t address) {
+  return fi_av_remove(av_.get(), &address, 1, 0);
+}
+
 ssize_t Rail::readError(fi_cq_err_entry* entry, const char** text) {
   if (errorBuffer_.empty()) errorBuffer_.resize(256);
   *entry = fi_cq_err_entry{};
@@ -134,7 +138,7 @@ ssize_t Rail::readError(fi_cq_err_entry* entry, const char** text) {
   return ret;
 }
 
-bool Rail::readEventError(std::string* text) {
+bool Rail::readEventError(int* errorCode, std::string* text) {
   if (!eq_) return false;
   uint32_t event = 0;
   char entry[256];
@@ -143,6 +147,7 @@ bool Rail::readEventError(std::string* text) {
   fi_eq_err_entry error{};
   if (fi_eq_readerr(eq_.get(), &error, 0) != sizeof(error)) return false;
   const char* detail = fi_eq_strerror(eq_.get(), error.prov_errno, error.err_data, nullptr, 0);
+  *errorCode = error.err < 0 ? -error.err : error.err;
   *text = errorText(error.err) + (detail != nullptr ? std::string(" (") + detail + ")" : "");
   return true;
 }

@@ -49,6 +49,9 @@ class Rail final : public RailAttributes {
 
   // Inserts a peer address; returns 0 and sets *out, or a negative libfabric error.
   int insertAddress(const void* address, size_t length, fi_addr_t* out);
+  // Removes a peer address; the provider forgets what it still held for that peer (efa: its
+  // queued operations end without a completion). 0, or a negative libfabric error.
+  int removeAddress(fi_addr_t address);
 
   ssize_t tsend(const void* buf, size_t len, void* desc, fi_addr_t dest, uint64_t tag,
                 void* context) {
@@ -116,7 +119,7 @@ class Rail final : public RailAttributes {
   // Reads one error entry; returns its text in *text (valid until the next call).
   ssize_t readError(fi_cq_err_entry* entry, const char** text);
   // Takes one event-queue error, if any, into `text`: false when there is none (or no queue).
-  bool readEventError(std::string* text);
+  bool readEventError(int* error, std::string* text);
   int cancel(void* context) { return static_cast<int>(fi_cancel(&ep_->fid, context)); }
 
   int sizeOption(int level, int name, size_t* out) const override {

@@ -64,6 +64,7 @@ class Group final : public core::Comm, private InboundLink::Actions, private Sig
   void* handle() { return &ref_; }
   uint32_t rank() const { return rank_; }
   uint32_t nranks() const { return nranks_; }
+  void replacePeer(size_t rail, fi_addr_t from, fi_addr_t to) override;
   Engine& engine() const { return engine_; }
   bool failed() const { return lastError_.load(std::memory_order_relaxed); }
 

@@ -196,6 +196,13 @@ void Group::onJoin(const JoinMessage& join) {
   peer.joined = true;
 }
 
+void Group::replacePeer(size_t rail, fi_addr_t from, fi_addr_t to) {
+  if (rail >= memory::kMaxRails) return;
+  for (uint32_t p = 0; p < nranks_; ++p) {
+    if (peers_[p].addr[rail] == from) peers_[p].addr[rail] = to;
+  }
+}
+
 abi::Result Group::createContext(int streams, Context** out) {
   Lock lock(device().domainLock());
   contexts_.push_back(std::make_unique<Context>(*this, streams));

@@ -328,6 +328,76 @@ TEST(Failover, ARailWhoseLinkIsMendedCarriesDataAgain) {
   runOneAtATime(kMessages, sizeOf, beforeSend, senderDone, receiverDone);
 }
 
+// NIC 1's link is down from the start, before the first write on it to the peer. On the real
+// efa provider (softefa) that write starts a handshake, which fails: the endpoint reports "No
+// route to host" on its event queue, naming no operation, and efa never sends nor completes what
+// it queued behind the handshake. The device takes the rail down on that report, and after a
+// grace (100 ms) takes those writes back (the peer's address leaves the rail, which ends them in
+// efa, silently) and fails them as a broken path's writes: the sender asks about the share and
+// writes it again on the leader. Before, the message waited for ever. On the stand-in the write
+// itself fails ("unreachable"), as on a path that broke later.
+TEST(Failover, ANicDownBeforeItsFirstWriteIsLeftOut) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  constexpr int kMessages = 12;
+  const int kSizes[3] = {64 << 10, 1024, 1 << 20};
+  ScopedEnv env;
+  env.set("NNF_EFA_RULES_FAIL_AFTER_OPS", "1:0");
+  env.set("NNF_SOFT_EFA_FAIL_AFTER_OPS", "1:0");
+  auto senderDone = [&](Peer& peer) {
+    expectRailWarnings(peer, {1});
+    EXPECT_EQ(reportedSpeed(peer), peer.props.speed / testRails() * (testRails() - 1));
+    const int takenBack = infoLinesWith(peer, "taken back and sent again on the rails left");
+    std::printf("[ stranded ] %d time(s) writes stranded on rail 1 were taken back\n", takenBack);
+    if (onSoftEfa()) {
+      EXPECT_EQ(takenBack, 1) << "efa's failed handshake was not what the test met";
+    }
+  };
+  auto receiverDone = [&](Peer& peer) {
+    // The first message with a share on rail 1, and no later one: they left the rail out.
+    EXPECT_EQ(sharesWrittenAgain(peer), 1);
+  };
+  runOneAtATime(
+      kMessages, [&](int i) { return kSizes[i % 3]; }, [](Peer&, int) {}, senderDone, receiverDone);
+}
+
+// The same with windows of 16 messages in flight (1 MiB striped, 64-80 KiB whole on one rail):
+// every write the first window put on NIC 1 is stranded behind the failed handshake on efa, and
+// all of them are taken back at once and go again on the rails left.
+TEST(Failover, AWindowOnANicDownBeforeItsFirstWriteArrivesWhole) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  constexpr int kWindow = 16;
+  constexpr int kWindows = 3;
+  auto sizeOf = [](int i) { return i % 2 == 0 ? 1 << 20 : (64 << 10) + 4096 * (i % 5); };
+  ScopedEnv env;
+  env.set("NNF_EFA_RULES_FAIL_AFTER_OPS", "1:0");
+  env.set("NNF_SOFT_EFA_FAIL_AFTER_OPS", "1:0");
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    ASSERT_NO_FATAL_FAILURE(sendWindows(peer, comm, kWindows, kWindow, size_t{1} << 20, sizeOf));
+    expectRailWarnings(peer, {1});
+    if (onSoftEfa()) {
+      EXPECT_EQ(infoLinesWith(peer, "taken back and sent again on the rails left"), 1);
+    }
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    ASSERT_NO_FATAL_FAILURE(
+        receiveWindowsAndVerify(peer, comm, kWindows, kWindow, size_t{1} << 20, sizeOf));
+    const int asked = sharesAskedAbout(peer);
+    std::printf("[ stranded ] %d shares asked about\n", asked);
+    EXPECT_GE(asked, 1) << "no share was asked about: the test missed its case";
+    EXPECT_LE(asked, kWindow) << "later messages did not leave the rail out";
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 180);
+}
+
 // The link of NIC 1 breaks while windows of 16 messages are in flight (after a number of its
 // operations: NNF_*_FAIL_AFTER_OPS): writes taken before the break complete with an error, on
 // the stand-in with their bytes possibly landed (the acknowledgement lost), so the receiver may

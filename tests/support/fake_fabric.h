@@ -109,6 +109,7 @@ class FakeRails final : public core::DeviceRails {
   int insertAddress(size_t rail, const uint8_t* address, size_t length, fi_addr_t* out) override {
     return engine_->insertAddress(rail, address, length, out);
   }
+  int removeAddress(size_t, fi_addr_t) override { return 0; }
   core::OperationEngine& engine() override { return *engine_; }
   memory::Registrar& leaderRegistrar() override { return leader_; }
   memory::Registrar& dataRegistrar() override { return data_; }

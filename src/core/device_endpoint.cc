@@ -1,0 +1,119 @@
+// A rail's endpoint that reports an error of its own, and the writes it strands. On efa the
+// first operation toward a peer starts a handshake; when that fails (the NIC or its link is
+// down) the endpoint reports it on its event queue, naming no operation, and what efa queued
+// behind the handshake is never sent and never completed: without this, those requests would
+// wait for ever (seen on the software EFA device, docs/failover.md).
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/data_comm.h"
+#include "core/device.h"
+#include "log/log.h"
+
+namespace nnf::core {
+namespace {
+
+// How long a rail's writes may still complete on their own after its endpoint failed. What is
+// left then is taken back; a write that would have landed after all is asked about like any
+// write of a broken path (the receiver knows what landed), so a short grace costs a round trip
+// at most.
+constexpr uint64_t kStrandedGraceNs = 100 * 1000 * 1000;
+
+}  // namespace
+
+void Device::onEndpointError(size_t rail, int error, const char* text) {
+  if (rail >= railCount_) return;
+  // A broken path of a rail that is not the leader (a leader's failure fails its comms, as
+  // before): the rail goes down, and its writes get their grace.
+  if (railCount_ > 1 && rail != 0 && RailHealth::isPathFailure(error)) {
+    char what[320];
+    snprintf(what, sizeof(what), "reported an endpoint error: %s", text);
+    railPathBroke(rail, what);
+    if (strandedDueNs_[rail] == 0) strandedDueNs_[rail] = nowNs() + kStrandedGraceNs;
+    if (keeper_ != nullptr) keeper_->wake();
+    return;
+  }
+  // The comms to that peer fail through their own operations; this says why, once a rail.
+  if ((endpointErrorsReported_ & (1u << rail)) != 0) return;
+  endpointErrorsReported_ |= 1u << rail;
+  NNF_WARN("device %d: NIC %s reported an endpoint error: %s", index_, railName(rail), text);
+}
+
+uint64_t Device::releaseStrandedWhenDue(uint64_t now) {
+  uint64_t wait = UINT64_MAX;
+  for (size_t rail = 1; rail < railCount_; ++rail) {
+    uint64_t due = strandedDueNs_[rail];
+    if (due == 0) continue;
+    if (now < due) {
+      wait = std::min(wait, due - now);
+      continue;
+    }
+    strandedDueNs_[rail] = 0;
+    releaseStranded(rail);
+  }
+  return wait;
+}
+
+void Device::releaseStranded(size_t rail) {
+  // The requests' operations on that rail still with the provider: data and eager writes (the
+  // protocols' own writes, descriptors, credits and voids, go on the leader).
+  std::vector<Operation*> stranded;
+  std::vector<fi_addr_t> peers;
+  for (auto& entry : comms_) {
+    Comm& comm = *entry.second;
+    // The net ABI's comms (the RMA layer's groups keep their own operations: what efa stranded
+    // of theirs stays so, as before).
+    if (comm.kind() != Comm::Kind::kSend && comm.kind() != Comm::Kind::kRecv) continue;
+    static_cast<DataComm&>(comm).forEachInFlightOn(rail, [&](Operation& op) {
+      stranded.push_back(&op);
+      if (std::find(peers.begin(), peers.end(), op.peer) == peers.end()) peers.push_back(op.peer);
+    });
+  }
+  if (stranded.empty()) return;
+  NNF_INFO(abi::kLogSubsysNet,
+           "device %d: %zu write(s) to %zu peer(s) still held on rail %zu (NIC %s) %llu ms after "
+           "its endpoint failed: taken back and sent again on the rails left",
+           index_, stranded.size(), peers.size(), rail, railName(rail),
+           static_cast<unsigned long long>(kStrandedGraceNs / 1000000));
+  // Removing the peer makes the provider drop what it holds for it without a completion (efa),
+  // so that none can come for an operation that is sent again, or reused. A peer the provider
+  // would not forget keeps its writes.
+  std::vector<fi_addr_t> removed;
+  for (fi_addr_t peer : peers) {
+    int ret = rails_->removeAddress(rail, peer);
+    if (ret == 0) {
+      removed.push_back(peer);
+      continue;
+    }
+    NNF_WARN("device %d: removing a peer's address from rail %zu (NIC %s) failed: %s", index_, rail,
+             railName(rail), fi_strerror(-ret));
+  }
+  for (Operation* op : stranded) {
+    // An earlier one's failure may have ended this one too (its request failed whole).
+    if (!op->inFlight) continue;
+    if (std::find(removed.begin(), removed.end(), op->peer) == removed.end()) continue;
+    engine_->release(*op);
+    op->owner->onError(*op, FI_EHOSTUNREACH, 0, "stranded by its NIC's endpoint error");
+  }
+  peers.swap(removed);
+  // The addresses again, fresh (a new handshake when the rail works again), for every comm.
+  for (auto& [key, address] : peers_) {
+    if (key.first != rail || std::find(peers.begin(), peers.end(), address) == peers.end())
+      continue;
+    fi_addr_t fresh = FI_ADDR_UNSPEC;
+    int ret = rails_->insertAddress(rail, key.second.data(), key.second.size(), &fresh);
+    if (ret != 0) {
+      NNF_WARN(
+          "device %d: a peer's address could not be inserted again on rail %zu (NIC %s): "
+          "%s; its comms keep the rail down",
+          index_, rail, railName(rail), fi_strerror(-ret));
+      continue;
+    }
+    for (auto& entry : comms_) entry.second->replacePeer(rail, address, fresh);
+    address = fresh;
+  }
+}
+
+}  // namespace nnf::core

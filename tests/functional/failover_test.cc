@@ -361,6 +361,50 @@ TEST(Failover, ANicDownBeforeItsFirstWriteIsLeftOut) {
       kMessages, [&](int i) { return kSizes[i % 3]; }, [](Peer&, int) {}, senderDone, receiverDone);
 }
 
+// The same NIC, down before its first write, mended after a few messages: the probe finds it
+// working, the rail rejoins, and the peer's address that went back into the rail fresh (the old
+// one was removed to end what efa had stranded) carries striped messages again, with a handshake
+// of its own: nothing fails on it again, and on the stand-in it carries its share.
+TEST(Failover, ANicDownBeforeItsFirstWriteRejoinsWhenMended) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  constexpr int kMended = 6;     // messages before the link is mended
+  constexpr int kMessages = 12;  // the last six striped over every rail again
+  constexpr int kStriped = 1 << 20;
+  const int kSizes[3] = {64 << 10, 1024, kStriped};
+  auto sizeOf = [&](int i) { return i < kMended ? kSizes[i % 3] : kStriped; };
+  LinkControl links("failover-first-mend");
+  ASSERT_NO_FATAL_FAILURE(links.setDown("1"));
+  const std::string rejoined = "rail 1 (NIC " + efaRulesDomainName(1) + ") works again";
+  std::map<std::string, uint64_t> beforeMended;
+  auto beforeSend = [&](Peer& peer, int i) {
+    if (i != kMended) return;
+    ASSERT_NO_FATAL_FAILURE(links.setDown(""));
+    auto mended = std::chrono::steady_clock::now();
+    while (infoLinesWith(peer, rejoined) == 0 &&
+           std::chrono::steady_clock::now() - mended < std::chrono::seconds(60)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(infoLinesWith(peer, rejoined), 1) << "the rail did not rejoin";
+    if (!onSoftEfa()) beforeMended = carriedByRail();
+  };
+  auto senderDone = [&](Peer& peer) {
+    expectRailWarnings(peer, {1});
+    EXPECT_EQ(infoLinesWith(peer, "failed again"), 0) << "the fresh address did not work";
+    if (onSoftEfa()) {
+      EXPECT_EQ(infoLinesWith(peer, "taken back and sent again on the rails left"), 1)
+          << "efa's failed handshake was not what the test met";
+    }
+    EXPECT_EQ(reportedSpeed(peer), peer.props.speed);
+    if (!onSoftEfa()) {
+      EXPECT_TRUE(everyRailCarried(beforeMended, carriedByRail(),
+                                   uint64_t{kStriped} * (kMessages - kMended)));
+    }
+  };
+  auto receiverDone = [&](Peer& peer) { EXPECT_EQ(sharesWrittenAgain(peer), 1); };
+  runOneAtATime(kMessages, sizeOf, beforeSend, senderDone, receiverDone);
+}
+
 // The same with windows of 16 messages in flight (1 MiB striped, 64-80 KiB whole on one rail):
 // every write the first window put on NIC 1 is stranded behind the failed handshake on efa, and
 // all of them are taken back at once and go again on the rails left.

@@ -186,6 +186,31 @@ int reportedSpeed(Peer& peer) {
   return now.speed;
 }
 
+// Windows of messages from a connected sender to its receiver (sendWindows,
+// receiveWindowsAndVerify); `senderDone` and `receiverDone` run after the last window, each
+// before its close.
+void runWindows(int windows, int window, size_t slotBytes, const std::function<int(int)>& sizeOf,
+                const std::function<void(Peer&)>& senderDone,
+                const std::function<void(Peer&)>& receiverDone) {
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    ASSERT_NO_FATAL_FAILURE(sendWindows(peer, comm, windows, window, slotBytes, sizeOf));
+    senderDone(peer);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    ASSERT_NO_FATAL_FAILURE(
+        receiveWindowsAndVerify(peer, comm, windows, window, slotBytes, sizeOf));
+    receiverDone(peer);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 180);
+}
+
 // INFO lines of this process that contain `text`.
 int infoLinesWith(Peer& peer, const std::string& text) {
   int count = 0;
@@ -417,29 +442,19 @@ TEST(Failover, AWindowOnANicDownBeforeItsFirstWriteArrivesWhole) {
   ScopedEnv env;
   env.set("NNF_EFA_RULES_FAIL_AFTER_OPS", "1:0");
   env.set("NNF_SOFT_EFA_FAIL_AFTER_OPS", "1:0");
-  auto sender = [&](Peer& peer) {
-    void* comm;
-    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    ASSERT_NO_FATAL_FAILURE(sendWindows(peer, comm, kWindows, kWindow, size_t{1} << 20, sizeOf));
+  auto senderDone = [&](Peer& peer) {
     expectRailWarnings(peer, {1});
     if (onSoftEfa()) {
       EXPECT_EQ(infoLinesWith(peer, "taken back and sent again on the rails left"), 1);
     }
-    closeSend(peer, comm);
   };
-  auto receiver = [&](Peer& peer) {
-    void *listen, *comm;
-    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    ASSERT_NO_FATAL_FAILURE(
-        receiveWindowsAndVerify(peer, comm, kWindows, kWindow, size_t{1} << 20, sizeOf));
+  auto receiverDone = [&](Peer& peer) {
     const int asked = sharesAskedAbout(peer);
     std::printf("[ stranded ] %d shares asked about\n", asked);
     EXPECT_GE(asked, 1) << "no share was asked about: the test missed its case";
     EXPECT_LE(asked, kWindow) << "later messages did not leave the rail out";
-    closeRecv(peer, comm);
-    closeListen(peer, listen);
   };
-  runTwoProcesses(sender, receiver, 180);
+  runWindows(kWindows, kWindow, size_t{1} << 20, sizeOf, senderDone, receiverDone);
 }
 
 // The link of NIC 1 breaks while windows of 16 messages are in flight (after a number of its
@@ -459,18 +474,8 @@ TEST(Failover, AWindowInFlightWhenARailBreaksArrivesWhole) {
   // NIC 1 goes down for good after 24 operations taken on it: inside the second window.
   env.set("NNF_EFA_RULES_FAIL_AFTER_OPS", "1:24");
   env.set("NNF_SOFT_EFA_FAIL_AFTER_OPS", "1:24");
-  auto sender = [&](Peer& peer) {
-    void* comm;
-    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    ASSERT_NO_FATAL_FAILURE(sendWindows(peer, comm, kWindows, kWindow, size_t{1} << 20, sizeOf));
-    expectRailWarnings(peer, {1});
-    closeSend(peer, comm);
-  };
-  auto receiver = [&](Peer& peer) {
-    void *listen, *comm;
-    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    ASSERT_NO_FATAL_FAILURE(
-        receiveWindowsAndVerify(peer, comm, kWindows, kWindow, size_t{1} << 20, sizeOf));
+  auto senderDone = [&](Peer& peer) { expectRailWarnings(peer, {1}); };
+  auto receiverDone = [&](Peer& peer) {
     // Writes in flight when the link broke (a window's at most), and none later; each written
     // again, or found in a buffer that had ended (the stand-in may land a write it fails, and
     // with four rails a window's shares on the broken rail may all have landed).
@@ -478,10 +483,8 @@ TEST(Failover, AWindowInFlightWhenARailBreaksArrivesWhole) {
     EXPECT_GE(asked, 1) << "no share was asked about: the test missed its case";
     EXPECT_LE(asked, kWindow) << "later messages did not leave the rail out";
     EXPECT_LE(sharesWrittenAgain(peer), asked);
-    closeRecv(peer, comm);
-    closeListen(peer, listen);
   };
-  runTwoProcesses(sender, receiver, 180);
+  runWindows(kWindows, kWindow, size_t{1} << 20, sizeOf, senderDone, receiverDone);
 }
 
 // The link of NIC 1 breaks while windows of 32 small messages are in flight: most of them go
@@ -501,26 +504,15 @@ TEST(Failover, EagerMessagesInFlightWhenARailBreaksArriveOnce) {
   // NIC 1 goes down for good after 48 operations taken on it: a few windows in.
   env.set("NNF_EFA_RULES_FAIL_AFTER_OPS", "1:48");
   env.set("NNF_SOFT_EFA_FAIL_AFTER_OPS", "1:48");
-  auto sender = [&](Peer& peer) {
-    void* comm;
-    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
-    ASSERT_NO_FATAL_FAILURE(sendWindows(peer, comm, kWindows, kWindow, kSlot, sizeOf));
-    expectRailWarnings(peer, {1});
-    closeSend(peer, comm);
-  };
-  auto receiver = [&](Peer& peer) {
-    void *listen, *comm;
-    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
-    ASSERT_NO_FATAL_FAILURE(receiveWindowsAndVerify(peer, comm, kWindows, kWindow, kSlot, sizeOf));
+  auto senderDone = [&](Peer& peer) { expectRailWarnings(peer, {1}); };
+  auto receiverDone = [&](Peer& peer) {
     int asked = infoLinesWith(peer, "the sender's eager message on rail 1");
     std::printf("[ eager    ] %d eager messages asked about, %d taken twice and left alone\n",
                 asked, infoLinesWith(peer, "landed a second time"));
     EXPECT_GE(asked, 1) << "no eager message was asked about: the test missed its case";
     EXPECT_LE(asked, kWindow) << "later messages did not leave the rail out";
-    closeRecv(peer, comm);
-    closeListen(peer, listen);
   };
-  runTwoProcesses(sender, receiver, 180);
+  runWindows(kWindows, kWindow, kSlot, sizeOf, senderDone, receiverDone);
 }
 
 // Two NICs of four break one after the other (two NIC planes failing at different times), while

@@ -19,7 +19,7 @@ namespace nnf::core {
 constexpr size_t kMaxArenaRails = memory::kMaxRails;
 
 struct ControlSlot {
-  static constexpr size_t kSize = 256;  // the control arena's slots
+  static constexpr size_t kSize = 512;  // the control arena's slots (a connect message takes 336)
   uint8_t* data = nullptr;
   void* desc = nullptr;        // null where the provider needs no descriptor
   uint64_t remoteAddress = 0;  // what a peer writes to (arenas registered for remote access)

@@ -5,14 +5,20 @@
 #include <cstring>
 
 #include "core/comm.h"
+#include "core/data_comm.h"
 #include "core/device.h"
 #include "log/log.h"
 
 namespace nnf::core {
 
 ControlChannel::ControlChannel(Device& device, size_t receives) : device_(device) {
-  entries_.reserve(receives);
-  for (size_t i = 0; i < receives; ++i) entries_.push_back(std::make_unique<Entry>());
+  entries_.reserve(receives * device.railCount());
+  for (size_t r = 0; r < device.railCount(); ++r) {
+    for (size_t i = 0; i < receives; ++i) {
+      entries_.push_back(std::make_unique<Entry>());
+      entries_.back()->rail = static_cast<uint8_t>(r);
+    }
+  }
 }
 
 ControlChannel::~ControlChannel() {
@@ -29,9 +35,10 @@ bool ControlChannel::start() {
     }
     op.owner = this;
     op.type = OpType::kControlRecv;
+    op.rail = entry->rail;
     op.buffer = entry->slot.data;
     op.length = ControlSlot::kSize;
-    op.desc = entry->slot.desc;
+    op.desc = entry->slot.descOf(entry->rail);
     if (device_.post(op) != abi::kSuccess) {
       NNF_WARN("device %d: cannot post its %zu control receives", device_.index(), entries_.size());
       return false;
@@ -43,6 +50,12 @@ bool ControlChannel::start() {
 abi::Result ControlChannel::send(Operation& op, uint8_t* buffer, void* desc, fi_addr_t peer,
                                  uint32_t remoteId, wire::ControlKind kind, const void* payload,
                                  size_t length) {
+  return sendOn(0, op, buffer, desc, peer, remoteId, kind, payload, length);
+}
+
+abi::Result ControlChannel::sendOn(size_t rail, Operation& op, uint8_t* buffer, void* desc,
+                                   fi_addr_t peer, uint32_t remoteId, wire::ControlKind kind,
+                                   const void* payload, size_t length) {
   if (length > kMaxPayload) {
     NNF_WARN("device %d: a %zu-byte control message exceeds %zu bytes", device_.index(), length,
              kMaxPayload);
@@ -52,11 +65,35 @@ abi::Result ControlChannel::send(Operation& op, uint8_t* buffer, void* desc, fi_
   memcpy(buffer, &header, sizeof(header));
   if (length > 0) memcpy(buffer + sizeof(header), payload, length);
   op.type = OpType::kControlSend;
+  op.rail = static_cast<uint8_t>(rail);
   op.buffer = buffer;
   op.length = sizeof(header) + length;
   op.desc = desc;
   op.peer = peer;
   return device_.post(op);
+}
+
+abi::Result ControlChannel::send(Operation& op, uint8_t* buffer, const ControlSlot& slot,
+                                 const DataComm& comm, wire::ControlKind kind, const void* payload,
+                                 size_t length) {
+  size_t rail = device_.railHealth().firstUp(comm.rails());
+  return sendOn(rail, op, buffer, slot.descOf(rail), comm.peer(rail), comm.remoteId(), kind,
+                payload, length);
+}
+
+bool ControlChannel::sendAgain(Operation& op, const ControlSlot& slot, const DataComm& comm,
+                               int error) {
+  // The device heard of the error first: a broken path's rail is down by now.
+  if (!RailHealth::isPathFailure(error) || comm.rails() < 2) return false;
+  size_t rail = device_.railHealth().firstUp(comm.rails());
+  if (rail == op.rail || device_.railHealth().state(rail) != RailState::kUp) return false;
+  NNF_INFO(abi::kLogSubsysNet,
+           "comm %u: a control message failed with rail %u; sent again on rail %zu", comm.id(),
+           op.rail, rail);
+  op.rail = static_cast<uint8_t>(rail);
+  op.desc = slot.descOf(rail);
+  op.peer = comm.peer(rail);
+  return device_.post(op) == abi::kSuccess;
 }
 
 void ControlChannel::repost(Entry& entry) {

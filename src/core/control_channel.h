@@ -11,6 +11,11 @@
 // would otherwise cap the number of comms).
 //
 // A message for an id that names no open comm (closed, or never opened) is counted and dropped.
+//
+// On a device of several rails the ring is posted on each, and a connected comm's messages go on
+// the first of its rails that is up (the leader while it is): a message whose rail broke under
+// it goes again on another (sendAgain). Connect and accept messages go on the leader (the peer's
+// other rails are not known yet).
 #pragma once
 
 #include <cstddef>
@@ -18,20 +23,22 @@
 #include <memory>
 #include <vector>
 
-#include "nccl_net/types.h"
 #include "core/control_arena.h"
 #include "core/operation.h"
 #include "core/wire.h"
+#include "nccl_net/types.h"
 
 namespace nnf::core {
 
 class Device;
+class DataComm;
 
 class ControlChannel final : public OperationOwner {
  public:
   // Largest control payload (the receive buffer is one byte more, so a longer one is seen).
   static constexpr size_t kMaxPayload = ControlSlot::kSize - sizeof(wire::ControlHeader) - 1;
 
+  // `receives` on each of the device's rails.
   ControlChannel(Device& device, size_t receives);
   ~ControlChannel();
   ControlChannel(const ControlChannel&) = delete;
@@ -46,6 +53,16 @@ class ControlChannel final : public OperationOwner {
   abi::Result send(Operation& op, uint8_t* buffer, void* desc, fi_addr_t peer, uint32_t remoteId,
                    wire::ControlKind kind, const void* payload, size_t length);
 
+  // The same for a connected comm's message, on the first of `comm`'s rails that is up (its peer
+  // and `slot`'s descriptor there); `slot` holds `buffer`.
+  abi::Result send(Operation& op, uint8_t* buffer, const ControlSlot& slot, const DataComm& comm,
+                   wire::ControlKind kind, const void* payload, size_t length);
+  // `op`, sent by the call above, failed with `error`: when that says its rail's path broke and
+  // another of `comm`'s rails is up, the same bytes go again there (true: `op` is in flight
+  // again; its owner hears of its end as before). The receiver may get it twice (the first may
+  // have landed): every control message of a connected comm is one it can take twice.
+  bool sendAgain(Operation& op, const ControlSlot& slot, const DataComm& comm, int error);
+
   void onComplete(Operation& op, size_t length) override;
   void onError(Operation& op, int error, size_t overflow, const char* text) override;
 
@@ -53,7 +70,10 @@ class ControlChannel final : public OperationOwner {
   struct Entry {
     Operation op;  // first: its context leads back to the entry
     ControlSlot slot;
+    uint8_t rail = 0;
   };
+  abi::Result sendOn(size_t rail, Operation& op, uint8_t* buffer, void* desc, fi_addr_t peer,
+                     uint32_t remoteId, wire::ControlKind kind, const void* payload, size_t length);
   void repost(Entry& entry);
 
   Device& device_;

@@ -1,5 +1,7 @@
 #include "core/data_comm.h"
 
+#include <algorithm>
+
 #include <rdma/fi_errno.h>
 #include <signal.h>
 
@@ -60,6 +62,21 @@ bool DataComm::tooManyTags() {
   return false;
 }
 
+bool DataComm::adoptPeerRails(const wire::RailAddresses& peerRails, const char* who) {
+  size_t rails = std::min<size_t>(device().railCount(), peerRails.rails);
+  for (size_t r = 1; r < rails; ++r) {
+    int ret = device().peerAddress(peerRails.railAddresses[r - 1], peerRails.railAddressLength,
+                                   &railPeers_[r - 1], r);
+    if (ret != 0) {
+      NNF_WARN("connection of comm %u failed: cannot add the address of %s on NIC %s: %s", id(),
+               who, device().railNames()[r].c_str(), fi_strerror(-ret));
+      return false;
+    }
+  }
+  rails_ = rails;
+  return true;
+}
+
 void DataComm::setPeerIdentity(uint32_t pid, uint64_t hostId) {
   peerPid_ = pid;
   peerLocal_ = hostId == wire::localHostId();
@@ -102,8 +119,8 @@ void DataComm::sendPing() {
   if (pingSend_.inFlight || pingSend_.queued || control().data == nullptr) return;
   // A header only, from the end of the comm's control slot (the set-up message is done by now).
   uint8_t* buffer = control().data + ControlSlot::kSize - sizeof(wire::ControlHeader);
-  device().controlChannel().send(pingSend_, buffer, control().desc, peer_, remoteId_,
-                                 wire::ControlKind::kPing, nullptr, 0);
+  device().controlChannel().send(pingSend_, buffer, control(), *this, wire::ControlKind::kPing,
+                                 nullptr, 0);
 }
 
 void DataComm::failPeer(const char* why, bool quiet) {
@@ -146,6 +163,8 @@ void DataComm::failUnposted(const char* why) {
 void DataComm::onPing(Operation& op, int error, const char* text) {
   // A closing comm still listens to its pings: their failure ends the wait for its operations.
   if (error != 0 && error != FI_ECANCELED) {
+    // A ping lost with its rail says nothing of the peer: it goes again on a rail up.
+    if (device().controlChannel().sendAgain(op, control(), *this, error)) return;
     char why[160];
     snprintf(why, sizeof(why), "peer unreachable (%s: %s)", fi_strerror(error),
              text != nullptr ? text : "");
@@ -207,8 +226,10 @@ void DataComm::onError(Operation& op, int error, size_t overflow, const char* te
     return;
   }
   // A write on a rail whose path broke may go again on another (the rdma protocol's recovery):
-  // the request stays pending meanwhile.
-  if (op.type == OpType::kWrite && request->state == Request::State::kActive && !closed() &&
+  // the request stays pending meanwhile. So does a refused send's notice, whose request failed
+  // already.
+  if (op.type == OpType::kWrite &&
+      (request->state == Request::State::kActive || op.segment.notice != 0) && !closed() &&
       device().protocol().onWriteFailed(*this, op, error)) {
     return;
   }

@@ -11,6 +11,7 @@
 #include "core/protocol.h"
 #include "core/request.h"
 #include "core/sequence_table.h"
+#include "core/wire.h"
 #include "memory/region.h"
 
 namespace nnf::core {
@@ -147,6 +148,10 @@ class DataComm : public Comm {
     pool_.forEach(visit);
     flushPool_.forEach(visit);
   }
+  // Takes the peer's rails beyond its leader from its set-up message (`who`: "the sender", for
+  // the WARN): the comm moves data on the rails both devices have, rail r to rail r (the same
+  // network). False, logged, when an address cannot be added.
+  bool adoptPeerRails(const wire::RailAddresses& peerRails, const char* who);
   // `quiet`: an expected death (found while closing) is logged at INFO only.
   void failPeer(const char* why, bool quiet = false);
   // The peer takes nothing more, but what is in flight finishes on its own (rdma: the receiver

@@ -210,14 +210,17 @@ abi::Result Plugin::iflush(void* recvComm, int count, void* const* data, const i
   }
   Operation& op = request->ops[0];
   MemoryHandle* word = device.flushWord();
+  // The first rail up: every buffer is registered on each.
+  size_t rail = device.railHealth().firstUp(device.railCount());
   op.owner = comm;
   op.type = OpType::kRead;
+  op.rail = static_cast<uint8_t>(rail);
   op.buffer = const_cast<void*>(word->base);
   op.length = 4;
-  op.desc = word->desc;
-  op.peer = device.selfAddress();
+  op.desc = word->descOn(rail);
+  op.peer = device.selfAddress(rail);
   op.remoteAddress = mh->remoteAddress(data[target]);
-  op.remoteKey = mh->key();
+  op.remoteKey = mh->key(rail);
   abi::Result result = device.post(op);
   if (result != abi::kSuccess) {
     comm->abandon(*request);

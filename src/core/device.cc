@@ -30,6 +30,19 @@ size_t drainedIdsFor(const std::string& provider, const std::string& name) {
 }
 }  // namespace
 
+wire::RailAddresses Device::ownRailAddresses() const {
+  const uint8_t* addresses[wire::kMaxRails - 1];
+  size_t length = railCount_ > 1 ? rail(1).address().size() : 0;
+  for (size_t r = 1; r < railCount_; ++r) {
+    const auto& address = rail(r).address();
+    if (address.size() != length || length > wire::kMaxRailAddressLength) {
+      return wire::makeRailAddresses(1, nullptr, 0);
+    }
+    addresses[r - 1] = address.data();
+  }
+  return wire::makeRailAddresses(railCount_, addresses, length);
+}
+
 Device::Device(int index, const DeviceSpec& spec, std::unique_ptr<DeviceRails> rails,
                const config::Config& config, const protocol::ProtocolFactory& protocols)
     : index_(index),
@@ -49,8 +62,11 @@ Device::Device(int index, const DeviceSpec& spec, std::unique_ptr<DeviceRails> r
 
   cuda_ = spec.cuda;
   flushSetting_ = memory::flushSettingFromConfig(config);
-  controlArena_ = std::make_unique<ControlArena>(
-      rail().needsLocalRegistration() ? &rails_->leaderRegistrar() : nullptr);
+  // On every rail: control messages go on any rail up when the leader fails.
+  controlArena_ = std::make_unique<ControlArena>(!rail().needsLocalRegistration() ? nullptr
+                                                 : railCount_ > 1 ? &rails_->dataRegistrar()
+                                                                  : &rails_->leaderRegistrar());
+  railAddresses_ = ownRailAddresses();
   // The control ring and the drains are posted receives too: they count in the receive lane.
   size_t drainedIds = drainedIdsFor(provider_, properties_.name);
   controlChannel_ = std::make_unique<ControlChannel>(*this, kControlReceives);
@@ -130,9 +146,12 @@ void Device::registerHostBuffers() {
         abi::kSuccess) {
       throw std::runtime_error("cannot register the GPUDirect flush word");
     }
-    const auto& self = rail().address();
-    if (peerAddress(self.data(), self.size(), &selfAddress_) != 0) {
-      throw std::runtime_error("cannot insert our own address for GPUDirect flushes");
+    // On every rail: a flush goes on the first one up.
+    for (size_t r = 0; r < railCount_; ++r) {
+      const auto& self = rail(r).address();
+      if (peerAddress(self.data(), self.size(), &selfAddresses_[r], r) != 0) {
+        throw std::runtime_error("cannot insert our own address for GPUDirect flushes");
+      }
     }
   }
   if (railCount_ > 1 && railHealth_.probes()) {

@@ -31,6 +31,7 @@
 #include "core/rail_probe.h"
 #include "core/remote_writes.h"
 #include "core/scratch_area.h"
+#include "core/wire.h"
 #include "fabric/domain_lock.h"
 #include "fabric/rail_attributes.h"
 #include "memory/gdr_policy.h"
@@ -92,6 +93,9 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   // opens the leader only.
   const fabric::RailAttributes& rail(size_t index) const { return rails_->rail(index); }
   size_t railCount() const { return railCount_; }
+  // This device's rails beyond the leader as set-up messages carry them (one rail where their
+  // addresses do not fit: not expected with one provider, data then moves on the leader alone).
+  const wire::RailAddresses& railAddresses() const { return railAddresses_; }
   // Which rails carry data (device lock held): a rail whose path broke is left out of new
   // messages' choices (core/rail_health.h).
   const RailHealth& railHealth() const { return railHealth_; }
@@ -109,7 +113,8 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   memory::FlushSetting flushSetting() const { return flushSetting_; }
   // Target of GPUDirect flush reads: a registered host word and our own address.
   MemoryHandle* flushWord() const { return flushWordHandle_; }
-  fi_addr_t selfAddress() const { return selfAddress_; }
+  // Our own address on rail `rail` (reads from our own endpoint: flushes, eager copies).
+  fi_addr_t selfAddress(size_t rail = 0) const { return selfAddresses_[rail]; }
   // True for providers that only reach processes on this host (shm).
   bool localOnly() const { return localOnly_; }
   // False when the provider delivers out of order and refused the 128-byte ordering option of
@@ -256,6 +261,7 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   void adoptRailVerdict(const DeviceSpec& spec);
   void prepareScratch(const DeviceSpec& spec);
   void registerHostBuffers();
+  wire::RailAddresses ownRailAddresses() const;
   uint32_t allocateId();
   // Posts the control receives before the first comm (not at init: NCCL_PROTO is settled by
   // then, and a device NCCL never uses posts nothing). False, logged, when they cannot be.
@@ -270,6 +276,7 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   std::unique_ptr<DeviceRails> rails_;
   OperationEngine* engine_;  // rails_'s
   size_t railCount_;
+  wire::RailAddresses railAddresses_{};
   RailHealth railHealth_;
   int fullSpeedMbps_ = 0;            // the speed with every rail up
   uint32_t railErrorsReported_ = 0;  // bit r: rail r's first failure was named (one WARN a rail)
@@ -299,7 +306,8 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   uint64_t flushWord_ = 0;
   MemoryHandle* flushWordHandle_ = nullptr;
   std::unique_ptr<RailProbe> railProbe_;  // null: a rail that goes down stays down
-  fi_addr_t selfAddress_ = FI_ADDR_UNSPEC;
+  fi_addr_t selfAddresses_[memory::kMaxRails] = {FI_ADDR_UNSPEC, FI_ADDR_UNSPEC, FI_ADDR_UNSPEC,
+                                                 FI_ADDR_UNSPEC};
   DeviceProperties properties_;
   std::vector<std::string> railNames_;
   std::vector<std::string> gpus_;

@@ -6,9 +6,9 @@
 #include <memory>
 #include <vector>
 
-#include "nccl_net/types.h"
 #include "core/comm.h"
 #include "core/wire.h"
+#include "nccl_net/types.h"
 
 namespace nnf::core {
 

@@ -8,12 +8,12 @@
 #include <mutex>
 #include <vector>
 
-#include "nccl_net/types.h"
 #include "core/memory_handle.h"
 #include "fabric/domain_lock.h"
 #include "memory/cuda_driver.h"
 #include "memory/mr_cache.h"
 #include "memory/region.h"
+#include "nccl_net/types.h"
 
 namespace nnf::core {
 

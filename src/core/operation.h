@@ -61,12 +61,15 @@ struct PendingSend {
 // A posted write of one segment of a message (the rdma protocol): bytes of its share, the part
 // of the message its rail carries, after this segment; the (tag, sequence number) of the buffer
 // it writes into, which names it to the receiver if the write must be asked about (a rail
-// failed); and whether it is a share written again after such a failure.
+// failed); whether it is a share written again after such a failure; and whether it is the
+// notice of a send refused for its size (no bytes: its request failed already, but the receiver
+// waits for the notice, which goes again like a share when its rail breaks).
 struct WriteSegment {
   uint64_t shareLeft;
   int32_t tag;
   uint16_t seq;
   uint8_t resent;
+  uint8_t notice;
 };
 // A read copying an eager message from a bounce entry into GPU memory (the rdma protocol).
 struct EagerCopy {

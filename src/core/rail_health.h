@@ -71,6 +71,11 @@ class RailHealth {
   void probeSucceeded(size_t rail, uint64_t nowNs);
   void probeFailed(size_t rail, uint64_t nowNs);
 
+  // The first of the first `rails` rails that is up: the leader while it is, and when none is.
+  size_t firstUp(size_t rails) const {
+    uint32_t mask = upMask_ & ((1u << rails) - 1);
+    return mask != 0 ? static_cast<size_t>(__builtin_ctz(mask)) : 0;
+  }
   // The rails among the first `rails` that are up, lowest first, into `out` (kMaxRails
   // entries): their count. When none is, all `rails` of them: a comm whose every rail failed
   // fails its transfers as before, on whichever rail it posts them.

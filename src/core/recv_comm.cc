@@ -39,23 +39,11 @@ abi::Result RecvComm::start(const wire::ConnectMessage& request) {
     abi::Result result = protocol.startRecv(*this, info);
     if (result != abi::kSuccess) return result;
   }
-  // Every rail beyond the leader, where the addresses fit (they do for EFA, tcp and shm).
-  const uint8_t* railAddresses[wire::kMaxRails - 1];
-  size_t rails = device().railCount();
-  size_t railAddressLength = rails > 1 ? device().rail(1).address().size() : 0;
-  for (size_t r = 1; r < rails; ++r) {
-    const auto& address = device().rail(r).address();
-    if (address.size() != railAddressLength || address.size() > wire::kMaxRailAddressLength) {
-      rails = 1;  // not expected with one provider; data then moves on the leader alone
-      railAddressLength = 0;
-      break;
-    }
-    railAddresses[r - 1] = address.data();
-  }
-  rails_ = rails;
-  wire::AcceptMessage message =
-      wire::makeAcceptMessage(id(), request.senderCommId, static_cast<uint32_t>(protocol.id()),
-                              rails, railAddresses, railAddressLength);
+  // Data and the protocol's own messages move on the rails both devices have, rail r to rail r
+  // (the same network): the sender's are in its connect message.
+  if (!adoptPeerRails(request.rails, "the sender")) return abi::kSystemError;
+  wire::AcceptMessage message = wire::makeAcceptMessage(
+      id(), request.senderCommId, static_cast<uint32_t>(protocol.id()), device().railAddresses());
   return device().controlChannel().send(acceptSend_, control().data, control().desc, peer_,
                                         request.senderCommId, wire::ControlKind::kAccept, &message,
                                         sizeof(message));

@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
-#include "nccl_net/types.h"
 #include "core/op_pool.h"
 #include "core/operation.h"
+#include "nccl_net/types.h"
 
 namespace nnf::core {
 

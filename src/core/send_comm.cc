@@ -33,7 +33,7 @@ abi::Result SendComm::start(const wire::ListenHandle& handle) {
   const auto& address = device().rail().address();
   wire::ConnectMessage message = wire::makeConnectMessage(
       id(), handle.listenerId, address.data(), address.size(), static_cast<uint16_t>(protocol.id()),
-      info.ringAddress, info.ringKey, info.ringRailKeys);
+      info.ringAddress, info.ringKey, info.ringRailKeys, device().railAddresses());
   return device().controlChannel().send(connectSend_, control().data, control().desc, peer_,
                                         handle.listenerId, wire::ControlKind::kConnect, &message,
                                         sizeof(message));
@@ -73,19 +73,10 @@ void SendComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, siz
     state_ = State::kFailed;
     return;
   }
-  // Data moves on the rails both devices have, rail r to rail r (the same network).
-  size_t rails = std::min<size_t>(device().railCount(), message.rails);
-  for (size_t r = 1; r < rails; ++r) {
-    int ret = device().peerAddress(message.railAddresses[r - 1], message.railAddressLength,
-                                   &railPeers_[r - 1], r);
-    if (ret != 0) {
-      NNF_WARN("connection of comm %u failed: cannot add the receiver's address on NIC %s: %s",
-               id(), device().railNames()[r].c_str(), fi_strerror(-ret));
-      state_ = State::kFailed;
-      return;
-    }
+  if (!adoptPeerRails(message.rails, "the receiver")) {
+    state_ = State::kFailed;
+    return;
   }
-  rails_ = rails;
   remoteId_ = message.recvCommId;
   setPeerIdentity(message.pid, message.hostId);
   acceptReceived_ = true;

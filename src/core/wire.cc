@@ -117,9 +117,49 @@ bool decodeListenHandle(const void* data, size_t size, const std::string& provid
   return true;
 }
 
+RailAddresses makeRailAddresses(size_t rails, const uint8_t* const* railAddresses,
+                                size_t railAddressLength) {
+  if (rails < 1 || rails > kMaxRails ||
+      (rails > 1 && (railAddresses == nullptr || railAddressLength == 0 ||
+                     railAddressLength > kMaxRailAddressLength))) {
+    throw std::runtime_error("rail addresses do not fit a set-up message");
+  }
+  RailAddresses out{};
+  out.rails = static_cast<uint16_t>(rails);
+  out.railAddressLength = static_cast<uint16_t>(rails > 1 ? railAddressLength : 0);
+  for (size_t r = 1; r < rails; ++r) {
+    memcpy(out.railAddresses[r - 1], railAddresses[r - 1], railAddressLength);
+  }
+  return out;
+}
+
+namespace {
+// Valid rail counts and lengths, and unused bytes zero (a message decodes to exactly one
+// encoding); `what` names the message in the reason.
+bool checkRailAddresses(const RailAddresses& rails, const char* what, std::string* reason) {
+  if (rails.rails < 1 || rails.rails > kMaxRails ||
+      (rails.rails == 1) != (rails.railAddressLength == 0) ||
+      rails.railAddressLength > kMaxRailAddressLength) {
+    *reason = std::string(what) + " has an invalid rail count or rail address length";
+    return false;
+  }
+  bool padded = rails.reserved == 0;
+  for (size_t r = 0; r + 1 < kMaxRails; ++r) {
+    size_t used = r + 1 < rails.rails ? rails.railAddressLength : 0;
+    for (size_t i = used; i < kMaxRailAddressLength; ++i) padded &= rails.railAddresses[r][i] == 0;
+  }
+  if (!padded) {
+    *reason = std::string(what) + " has bytes set outside its fields";
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
 ConnectMessage makeConnectMessage(uint32_t senderCommId, uint32_t listenerId, const void* address,
                                   size_t addressLength, uint16_t protocol, uint64_t ringAddress,
-                                  uint64_t ringKey, const uint64_t* ringRailKeys) {
+                                  uint64_t ringKey, const uint64_t* ringRailKeys,
+                                  const RailAddresses& rails) {
   if (addressLength > kMaxAddressLength) throw std::runtime_error("endpoint address too long");
   ConnectMessage message{};
   message.magic = ConnectMessage::kMagic;
@@ -137,6 +177,7 @@ ConnectMessage makeConnectMessage(uint32_t senderCommId, uint32_t listenerId, co
   if (ringRailKeys != nullptr) {
     memcpy(message.ringRailKeys, ringRailKeys, sizeof(message.ringRailKeys));
   }
+  message.rails = rails;
   return message;
 }
 
@@ -174,18 +215,13 @@ bool decodeConnectMessage(const void* data, size_t size, uint32_t expectedListen
     *reason = "connect message has an invalid address length or comm id";
     return false;
   }
+  if (!checkRailAddresses(message.rails, "connect message", reason)) return false;
   *out = message;
   return true;
 }
 
 AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId, uint32_t protocol,
-                                size_t rails, const uint8_t* const* railAddresses,
-                                size_t railAddressLength) {
-  if (rails < 1 || rails > kMaxRails ||
-      (rails > 1 && (railAddresses == nullptr || railAddressLength == 0 ||
-                     railAddressLength > kMaxRailAddressLength))) {
-    throw std::runtime_error("rail addresses do not fit an accept message");
-  }
+                                const RailAddresses& rails) {
   AcceptMessage message{};
   message.magic = AcceptMessage::kMagic;
   message.version = kVersion;
@@ -195,11 +231,7 @@ AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId, uint
   message.pid = localPid();
   message.protocol = protocol;
   message.hostId = localHostId();
-  message.rails = static_cast<uint16_t>(rails);
-  message.railAddressLength = static_cast<uint16_t>(rails > 1 ? railAddressLength : 0);
-  for (size_t r = 1; r < rails; ++r) {
-    memcpy(message.railAddresses[r - 1], railAddresses[r - 1], railAddressLength);
-  }
+  message.rails = rails;
   return message;
 }
 
@@ -214,23 +246,7 @@ bool decodeAcceptMessage(const void* data, size_t size, uint32_t expectedSenderC
     *reason = "accept message does not answer this connection";
     return false;
   }
-  if (message.rails < 1 || message.rails > kMaxRails ||
-      (message.rails == 1) != (message.railAddressLength == 0) ||
-      message.railAddressLength > kMaxRailAddressLength) {
-    *reason = "accept message has an invalid rail count or rail address length";
-    return false;
-  }
-  // Unused bytes are zero, so that a message decodes to exactly one encoding.
-  bool padded = message.reserved == 0;
-  for (size_t r = 0; r + 1 < kMaxRails; ++r) {
-    size_t used = r + 1 < message.rails ? message.railAddressLength : 0;
-    for (size_t i = used; i < kMaxRailAddressLength; ++i)
-      padded &= message.railAddresses[r][i] == 0;
-  }
-  if (!padded) {
-    *reason = "accept message has bytes set outside its fields";
-    return false;
-  }
+  if (!checkRailAddresses(message.rails, "accept message", reason)) return false;
   *out = message;
   return true;
 }

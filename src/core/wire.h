@@ -14,9 +14,11 @@ namespace nnf::core::wire {
 // 2: protocol ids and the rdma ring; 3: rail addresses; 4: the rdma ring's key on every rail
 // (and the rdma eager grant's, protocol/rdma_eager.h); 5: the protocols' own control messages
 // (kProtocol: the rdma protocol's rail recovery) and the rdma arena slot's recovery area; 6: the
-// rdma eager write's immediate carries its generation in the bounce entry. Both ends check it: a
-// peer of another version is refused with a reason naming both versions.
-constexpr uint16_t kVersion = 6;
+// rdma eager write's immediate carries its generation in the bounce entry; 7: the connect message
+// carries the sender's rails (the receiver writes and answers on any of them when its leader
+// fails) and the rdma descriptor group its slot's generation. Both ends check it: a peer of
+// another version is refused with a reason naming both versions.
+constexpr uint16_t kVersion = 7;
 constexpr size_t kMaxAddressLength = 96;
 // The rails of a device beyond its leader, as an accept message carries them (EFA addresses
 // are 32 bytes, IPv6 sockaddrs 28).
@@ -69,7 +71,18 @@ static_assert(sizeof(ListenHandle) == 128);
 
 uint32_t handleChecksum(const ListenHandle& handle);
 
-// Sender → listener: "I am send comm `senderCommId` at `address`".
+// The rails of a device beyond its leader, as set-up messages carry them (rail 0, the leader, is
+// the address the message came from or the listen handle's).
+struct RailAddresses {
+  uint16_t rails;              // 1..kMaxRails
+  uint16_t railAddressLength;  // of each address below; 0 with one rail
+  uint32_t reserved;
+  uint8_t railAddresses[kMaxRails - 1][kMaxRailAddressLength];
+};
+static_assert(sizeof(RailAddresses) == 152);
+
+// Sender → listener: "I am send comm `senderCommId` at `address`, and my rails 1.. are at
+// these addresses".
 struct ConnectMessage {
   static constexpr uint32_t kMagic = 0x4d43464eu;  // "NFCM"
   uint32_t magic;
@@ -87,8 +100,9 @@ struct ConnectMessage {
   uint64_t ringAddress;
   uint64_t ringKey;
   uint64_t ringRailKeys[kMaxRails - 1];
+  RailAddresses rails;
 };
-static_assert(sizeof(ConnectMessage) == 168);
+static_assert(sizeof(ConnectMessage) == 320);
 
 // Listener → sender: "your receiver is recv comm `recvCommId`, and its rails 1.. are at these
 // addresses" (rdma writes data on every rail; rail 0, the leader, is the listen handle's).
@@ -102,10 +116,7 @@ struct AcceptMessage {
   uint32_t pid;
   uint32_t protocol;  // protocol::ProtocolId of the receiver
   uint64_t hostId;
-  uint16_t rails;              // 1..kMaxRails
-  uint16_t railAddressLength;  // of each address below; 0 with one rail
-  uint32_t reserved;
-  uint8_t railAddresses[kMaxRails - 1][kMaxRailAddressLength];
+  RailAddresses rails;
 };
 static_assert(sizeof(AcceptMessage) == 184);
 
@@ -121,20 +132,23 @@ ListenHandle makeListenHandle(uint32_t listenerId, const std::string& provider, 
 bool decodeListenHandle(const void* data, size_t size, const std::string& provider,
                         ListenHandle* out, std::string* reason);
 
+// `railAddresses`: the addresses of rails 1..rails-1, each `railAddressLength` bytes (null with
+// one rail). Throws std::runtime_error when they do not fit.
+RailAddresses makeRailAddresses(size_t rails, const uint8_t* const* railAddresses,
+                                size_t railAddressLength);
+
 // `protocol`, `ringAddress`, `ringKey`: the data protocol and, for rdma, the descriptor ring;
-// `ringRailKeys`: its keys on rails 1..kMaxRails-1 (null: none).
+// `ringRailKeys`: its keys on rails 1..kMaxRails-1 (null: none); `rails`: the sender's.
 ConnectMessage makeConnectMessage(uint32_t senderCommId, uint32_t listenerId, const void* address,
                                   size_t addressLength, uint16_t protocol = 0,
                                   uint64_t ringAddress = 0, uint64_t ringKey = 0,
-                                  const uint64_t* ringRailKeys = nullptr);
+                                  const uint64_t* ringRailKeys = nullptr,
+                                  const RailAddresses& rails = makeRailAddresses(1, nullptr, 0));
 bool decodeConnectMessage(const void* data, size_t size, uint32_t expectedListenerId,
                           ConnectMessage* out, std::string* reason);
 
-// `railAddresses`: the addresses of rails 1..rails-1, each `railAddressLength` bytes (null with
-// one rail). Throws std::runtime_error when they do not fit.
 AcceptMessage makeAcceptMessage(uint32_t recvCommId, uint32_t senderCommId, uint32_t protocol = 0,
-                                size_t rails = 1, const uint8_t* const* railAddresses = nullptr,
-                                size_t railAddressLength = 0);
+                                const RailAddresses& rails = makeRailAddresses(1, nullptr, 0));
 bool decodeAcceptMessage(const void* data, size_t size, uint32_t expectedSenderCommId,
                          AcceptMessage* out, std::string* reason);
 

@@ -67,14 +67,15 @@ void EagerReceiver::sendCredits() {
   uint64_t freed = inbox_.freed();
   write.request = nullptr;
   write.type = core::OpType::kWrite;
-  write.rail = 0;  // as descriptor writes (RecvSlots::describe): the leader
-  write.peer = comm_.peer();
+  size_t rail = ownWriteRail(comm_.device(), comm_);  // as descriptor writes (RecvSlots)
+  write.rail = static_cast<uint8_t>(rail);
+  write.peer = comm_.peer(rail);
   write.buffer = staging_->data + kGrantOffset;
   write.length = sizeof(Grant);
-  write.desc = staging_->desc;
+  write.desc = staging_->descOf(rail);
   write.headerLength = 0;
   write.remoteAddress = ring_.address + kGrantOffset;
-  write.remoteKey = ring_.keys[0];
+  write.remoteKey = ring_.keys[rail];
   write.tag = encodeCredits(comm_.remoteId(), static_cast<uint32_t>(freed & 0xff));
   // A failure is logged by the device; the sender goes on with what it was granted.
   if (writeOwn(comm_.device(), write) == abi::kSuccess) creditsReported_ = freed;
@@ -121,14 +122,15 @@ void EagerReceiver::deliver(core::Request& request, uint32_t index, uint32_t ent
   core::Device& device = comm_.device();
   if (handle != nullptr && handle->type != memory::MemType::kHost && length > 0) {
     // GPU memory: the NIC copies it (a read from our own endpoint), no CUDA call here.
+    size_t rail = ownWriteRail(device, comm_);
     op.type = core::OpType::kRead;
-    op.rail = 0;
-    op.peer = device.selfAddress();
-    op.desc = handle->descOn(0);
+    op.rail = static_cast<uint8_t>(rail);
+    op.peer = device.selfAddress(rail);
+    op.desc = handle->descOn(rail);
     op.length = length;
     op.headerLength = 0;
     op.remoteAddress = bounce_->remoteAddress + (payload - bounce_->data);
-    op.remoteKey = bounce_->key;
+    op.remoteKey = bounce_->keyOf(rail);
     op.eagerCopy = core::EagerCopy{entry, true};  // onRead frees it
     inbox_.copying(entry);
     if (device.post(op) != abi::kSuccess) {  // logged by the device
@@ -205,6 +207,12 @@ void EagerReceiver::onLanded(uint32_t entry, const EagerHeader* implied, int gen
 
 bool EagerReceiver::onCreditWriteDone(const core::Operation& op, int error) {
   if (&op != &creditWrite_) return false;
+  // Its rail broke: the same count goes again on another (the sender takes it once: counts
+  // only grow).
+  if (error != 0 && !comm_.closed() &&
+      writeOwnAgain(comm_.device(), comm_, creditWrite_, ring_.keys, &*staging_, error)) {
+    return true;
+  }
   if (error != 0) return true;  // logged by the device; the sender goes on with descriptors
   if (creditsOwed_ && !comm_.closed()) sendCredits();
   return true;

@@ -135,7 +135,7 @@ bool EagerSender::send(core::Request& request, int32_t tag, uint16_t seq,
   op.length = size;
   // One segment, nothing to post after it; the message's (tag, sequence number) name it should
   // its rail fail (rdma_send_recovery.h).
-  op.segment = core::WriteSegment{0, tag, seq, 0};
+  op.segment = core::WriteSegment{0, tag, seq, 0, 0};
   op.transferred = 0;
   op.header = header;
   op.headerDesc = ring_->descOf(rail);
@@ -199,23 +199,29 @@ void EagerSender::announceLimit() {
   if (write.inFlight || write.queued || close_.receiverDone() || !credits_.granted()) return;
   write.request = nullptr;
   write.type = core::OpType::kWrite;
-  write.rail = 0;
-  write.peer = comm_.peer();
+  size_t rail = ownWriteRail(comm_.device(), comm_);
+  write.rail = static_cast<uint8_t>(rail);
+  write.peer = comm_.peer(rail);
   write.buffer = nullptr;
   write.length = 0;
   write.desc = nullptr;
   write.headerLength = 0;
   write.remoteAddress = grant_.address;  // nothing is written: any valid target does
-  write.remoteKey = grant_.keys[0];
+  write.remoteKey = grant_.keys[rail];
   write.tag = encodeEagerLimit(comm_.remoteId(), maxBytes_);
   // A failure is the device's to log: the receiver then describes late what never comes.
   if (writeOwn(comm_.device(), write) != abi::kSuccess) return;
-  if (!write.inFlight && !write.queued) close_.countWrite(0);  // inline: done already
+  if (!write.inFlight && !write.queued) close_.countWrite(write.rail);  // inline: done already
 }
 
 bool EagerSender::onOwnCompletion(core::Operation& op, int error) {
   if (&op == &limitWrite_) {
-    if (error == 0) close_.countWrite(0);  // the receiver counts what lands
+    // Its rail broke: the same limit goes again on another (the receiver takes it twice alike).
+    if (error != 0 && !close_.receiverDone() &&
+        writeOwnAgain(comm_.device(), comm_, limitWrite_, grant_.keys, nullptr, error)) {
+      return true;
+    }
+    if (error == 0) close_.countWrite(op.rail);  // the receiver counts what lands
     return true;
   }
   return voids_ && voids_->onDone(op, error);

@@ -1,17 +1,44 @@
 // A comm's own write into its peer's arena slot (descriptors, credits, the eager limit).
 #pragma once
 
+#include "core/data_comm.h"
 #include "core/device.h"
 #include "core/operation.h"
+#include "log/log.h"
 
 namespace nnf::protocol::rdma {
 
+// The rail a comm's own writes go on: the first of its rails that is up (the leader while it is).
+inline size_t ownWriteRail(const core::Device& device, const core::DataComm& comm) {
+  return comm.rails() > 1 ? device.railHealth().firstUp(comm.rails()) : 0;
+}
+
+// A comm's own write failed with `error`: when that says its rail's path broke and another of
+// the comm's rails is up, the same write goes again there, with that rail's key (`keys`), the
+// source's descriptor there (`source`) and the peer's address (true: in flight again).
+inline bool writeOwnAgain(core::Device& device, const core::DataComm& comm, core::Operation& write,
+                          const uint64_t* keys, const core::ControlSlot* source, int error) {
+  // The device heard of the error first: a broken path's rail is down by now.
+  if (!core::RailHealth::isPathFailure(error) || comm.rails() < 2) return false;
+  size_t rail = ownWriteRail(device, comm);
+  if (rail == write.rail || device.railHealth().state(rail) != core::RailState::kUp) return false;
+  NNF_INFO(abi::kLogSubsysNet,
+           "comm %u: its own %zu-byte write failed with rail %u; written again on rail %zu",
+           comm.id(), write.length, write.rail, rail);
+  write.rail = static_cast<uint8_t>(rail);
+  write.peer = comm.peer(rail);
+  write.remoteKey = keys[rail];
+  if (source != nullptr) write.desc = source->descOf(rail);
+  return device.post(write) == abi::kSuccess;
+}
+
 // Inline where nothing can overtake it (the close notice follows on the same endpoint), so no
 // completion is read and the source is free on return; posted where the provider delivers out of
-// order or has no room.
+// order or has no room, and on a comm of several rails (a failed inject names no operation, so
+// that a rail's failure would lose the write unseen).
 inline abi::Result writeOwn(core::Device& device, core::Operation& write) {
   abi::Result result = abi::kInProgress;
-  if (device.deliversInOrder() && write.length <= device.injectLimit()) {
+  if (device.deliversInOrder() && write.length <= device.injectLimit() && device.railCount() == 1) {
     result = device.inject(write);
   }
   return result == abi::kInProgress ? device.post(write) : result;

@@ -88,11 +88,11 @@ bool Receiver::start(const ConnectInfo& info) {
     for (size_t r = 0; r < kMaxRails; ++r) entry.keys[r] = handle->key(r);
     staged->described[i] = handle;
   } else if (size == 0) {
-    // Nothing will be written: any valid target does (our own staging entry, on the leader,
-    // where empty messages go).
+    // Nothing will be written: any valid target does (our own staging entry, on whichever rail
+    // the empty message goes).
     entry.address = staging_->remoteAddress;
-    entry.keys[0] = staging_->key;
-    for (size_t r = 1; r < kMaxRails; ++r) entry.keys[r] = 0;
+    for (size_t r = 0; r < kMaxRails; ++r)
+      entry.keys[r] = r < staging_->railCount ? staging_->keyOf(r) : 0;
   } else {
     NNF_WARN(
         "irecv: buffer %d (%zu bytes) on comm %u has no memory handle; the rdma protocol "
@@ -103,6 +103,7 @@ bool Receiver::start(const ConnectInfo& info) {
   entry.size = size;
   entry.tag = tag;
   entry.seq = seq;
+  entry.generation = 0;  // the first buffer's is set when the group is described
   entry.reserved2 = 0;
   staged->sizes[i] = size;
   core::Operation& op = request.ops[i];
@@ -221,12 +222,12 @@ bool Receiver::onSegment(size_t rail, const Immediate& imm, size_t length) {
 
 bool Receiver::onOwnCompletion(core::Operation& op, int error) {
   if (close_.onNoticeDone(op, error)) return true;
-  if (recovery_.onOwnCompletion(op)) return true;
+  if (recovery_.onOwnCompletion(op, error)) return true;
   bool ours = eager_.onCreditWriteDone(op, error);
   if (!ours) {
     uint32_t slot = slots_.slotOfWrite(op);
     if (slot == kSlots) return false;
-    if (error != 0) slots_.failDescribing(slot, error);
+    if (error != 0 && !slots_.writeAgain(slot, op, error)) slots_.failDescribing(slot, error);
     ours = true;
   }
   // The close notice may have waited for this write (see onClose).

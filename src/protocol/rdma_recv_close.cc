@@ -25,13 +25,15 @@ void ReceiverClose::onClose(bool buffersDescribed, bool writesInFlight) {
 void ReceiverClose::sendNotice() {
   uint8_t* buffer = staging_->data + kNoticeOffset;
   // A failure is the device's to log: the peer may be gone already, which is what it would hear.
-  comm_.device().controlChannel().send(notice_, buffer, staging_->desc, comm_.peer(),
-                                       comm_.remoteId(), core::wire::ControlKind::kClosed, nullptr,
-                                       0);
+  comm_.device().controlChannel().send(notice_, buffer, *staging_, comm_,
+                                       core::wire::ControlKind::kClosed, nullptr, 0);
 }
 
 bool ReceiverClose::onNoticeDone(const core::Operation& op, int error) {
   if (&op != &notice_) return false;
+  if (error != 0 && comm_.device().controlChannel().sendAgain(notice_, *staging_, comm_, error)) {
+    return true;  // its rail broke: it goes again on another
+  }
   if (error != 0) state_.onNoticeFailed();
   return true;
 }

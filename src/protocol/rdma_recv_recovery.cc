@@ -30,8 +30,12 @@ void RecvRecovery::onMessage(const uint8_t* data, size_t length) {
   answer(query);
 }
 
-bool RecvRecovery::onOwnCompletion(core::Operation& op) {
+bool RecvRecovery::onOwnCompletion(core::Operation& op, int error) {
   if (&op != &answer_) return false;
+  // Its rail broke: the same answer goes again on another (the sender takes one per question).
+  if (error != 0 && comm_.device().controlChannel().sendAgain(answer_, *staging_, comm_, error)) {
+    return true;
+  }
   if (hasWaiting_) {
     hasWaiting_ = false;
     answer(waiting_);
@@ -82,9 +86,9 @@ void RecvRecovery::answer(const RailQuery& query) {
         resend ? "its share is written again on another rail" : "the buffer has ended already");
   }
   uint8_t* buffer = staging_->data + kRecoveryOffset;
-  abi::Result sent = comm_.device().controlChannel().send(
-      answer_, buffer, staging_->desc, comm_.peer(), comm_.remoteId(),
-      core::wire::ControlKind::kProtocol, &answer, sizeof(answer));
+  abi::Result sent = comm_.device().controlChannel().send(answer_, buffer, *staging_, comm_,
+                                                          core::wire::ControlKind::kProtocol,
+                                                          &answer, sizeof(answer));
   if (sent != abi::kSuccess && !warned_) {
     // The sender's request then waits until its stall checks give it up.
     warned_ = true;

@@ -28,7 +28,7 @@ class RecvRecovery {
   // the last answer completed here).
   void onMessage(const uint8_t* data, size_t length);
   // True when `op` was our answer (its send ended).
-  bool onOwnCompletion(core::Operation& op);
+  bool onOwnCompletion(core::Operation& op, int error);
   bool answerPending() const { return answer_.inFlight || answer_.queued; }
 
  private:

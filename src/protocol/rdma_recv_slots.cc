@@ -24,19 +24,27 @@ bool RecvSlots::allocateChunk(uint32_t slot) {
 
 abi::Result RecvSlots::describe(uint32_t slot) {
   core::Operation& op = write(slot);
+  core::Device& device = comm_.device();
+  size_t rail = ownWriteRail(device, comm_);
+  entries(slot)[0].generation = ++chunkOf(slot)->generations[slot % kSlotsPerChunk];
   op.request = nullptr;
   op.type = core::OpType::kWrite;
   op.headerLength = 0;
   op.buffer = staging_->data + entryOffset(slot);
   op.length = size_t{progress(slot).groupSize()} * sizeof(BufferDescriptor);
-  op.desc = staging_->desc;
-  op.peer = comm_.peer();
+  op.rail = static_cast<uint8_t>(rail);
+  op.desc = staging_->descOf(rail);
+  op.peer = comm_.peer(rail);
   op.remoteAddress = ring_.address + entryOffset(slot);
-  // The leader: this side knows the sender's address there only (the connect message carries
-  // no other rail's), though the ring is registered on every rail.
-  op.remoteKey = ring_.keys[0];
+  op.remoteKey = ring_.keys[rail];
   op.tag = encodeDescriptors(comm_.remoteId(), slot, progress(slot).groupSize());
-  return writeOwn(comm_.device(), op);
+  return writeOwn(device, op);
+}
+
+bool RecvSlots::writeAgain(uint32_t slot, core::Operation& op, int error) {
+  // Only while the slot still waits for what the descriptors announce.
+  if (lifecycle_.state(slot) != SlotState::kDescribed || comm_.closed()) return false;
+  return writeOwnAgain(comm_.device(), comm_, op, ring_.keys, &*staging_, error);
 }
 
 void RecvSlots::failDescribing(uint32_t slot, int error) {

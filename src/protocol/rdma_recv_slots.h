@@ -72,6 +72,9 @@ class RecvSlots {
     lifecycle_.onDescribeLate(slot);
     return describe(slot);
   }
+  // The descriptor write `op` of `slot` failed with `error`: when that says its rail broke and
+  // another rail is up, it goes again there (true; the sender takes the group once).
+  bool writeAgain(uint32_t slot, core::Operation& op, int error);
   // The descriptors of the request of `slot` could not be written: no data will come for it,
   // so the slot is released and the request fails as one of its buffers would.
   void failDescribing(uint32_t slot, int error);
@@ -133,6 +136,7 @@ class RecvSlots {
     SlotProgress progress[kSlotsPerChunk];
     // The registrations each slot's buffers were described with (see dropHandles).
     core::MemoryHandle* handles[kSlotsPerChunk][kGroup] = {};
+    uint32_t generations[kSlotsPerChunk] = {};  // groups described in each slot so far
   };
   Chunk* chunkOf(uint32_t slot) const { return chunks_[slot / kSlotsPerChunk].get(); }
   core::Operation& write(uint32_t slot) {

@@ -28,12 +28,16 @@ void SenderClose::answerIfIdle(int writesPending) {
   // Sent after our last write completed; the receiver's close waits for it (or for our death).
   uint8_t* buffer = ring_->data + kNoticeOffset;
   static_assert(sizeof(core::wire::ControlHeader) + sizeof(ClosedAck) <= kNoticeBytes);
-  comm_.device().controlChannel().send(answer_, buffer, ring_->desc, comm_.peer(), comm_.remoteId(),
+  comm_.device().controlChannel().send(answer_, buffer, *ring_, comm_,
                                        core::wire::ControlKind::kClosedAck, &written_,
                                        sizeof(written_));
   // The app may be waiting on another comm: nothing else would progress this device, and on a
   // manual-progress provider (tcp) the ack would sit in its queue until the peer's close gave up;
   // the device's keeper progresses it (woken by the post).
+}
+
+void SenderClose::answerAgain(int error) {
+  comm_.device().controlChannel().sendAgain(answer_, *ring_, comm_, error);
 }
 
 bool SenderClose::ringExposed() {

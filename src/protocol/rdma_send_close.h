@@ -39,6 +39,8 @@ class SenderClose {
   void answerIfIdle(int writesPending);
 
   bool isAnswer(const core::Operation& op) const { return &op == &answer_; }
+  // The answer failed with `error`: sent again on another rail where its own broke.
+  void answerAgain(int error);
   bool answerPending() const { return answer_.inFlight || answer_.queued; }
   // Whether the ring must stay out of the arena (closed, the receiver may still write into it);
   // past the close bound the ring is set aside for good instead.

@@ -37,7 +37,9 @@ bool SendRecovery::takeOver(core::Operation& op, const Immediate& imm, int error
   // Data (not a truncation notice), or an eager message (posted: a comm of several rails injects
   // none, and the header-ahead ones go on one rail).
   bool eager = imm.kind == ImmKind::kEager;
-  if (!eager && (imm.kind != ImmKind::kData || imm.segments == 0)) return false;
+  if (!eager && (imm.kind != ImmKind::kData || (imm.segments == 0) != (op.segment.notice != 0))) {
+    return false;
+  }
   // The receiver counts a buffer's segments per rail, and forgets the rail's count before it
   // answers: where another share of the buffer went on this rail too (one written again onto it
   // after its own rail failed, or this rail's own share when this one was written again), that
@@ -84,9 +86,9 @@ void SendRecovery::askNext() {
                     op.transferred + op.length + op.segment.shareLeft,
                     eager ? 0 : rdma_.writeSegmentBytes()};
     uint8_t* buffer = ring_->data + kRecoveryOffset;
-    abi::Result sent = comm_.device().controlChannel().send(
-        question_, buffer, ring_->desc, comm_.peer(), comm_.remoteId(),
-        core::wire::ControlKind::kProtocol, &query, sizeof(query));
+    abi::Result sent = comm_.device().controlChannel().send(question_, buffer, *ring_, comm_,
+                                                            core::wire::ControlKind::kProtocol,
+                                                            &query, sizeof(query));
     if (sent != abi::kSuccess) {
       remove(i);  // `i` holds another one now
       fail(op, FI_EIO, "the question about it could not be sent");
@@ -130,6 +132,9 @@ bool SendRecovery::onMessage(const uint8_t* data, size_t length) {
 
 bool SendRecovery::onOwnCompletion(core::Operation& op, int error) {
   if (&op != &question_) return false;
+  if (error != 0 && comm_.device().controlChannel().sendAgain(question_, *ring_, comm_, error)) {
+    return true;  // its rail broke too: asked again on another
+  }
   if (error != 0) {
     // The receiver will not answer: every share asked or waiting to be fails its request.
     awaitingAnswer_ = false;
@@ -192,7 +197,8 @@ void SendRecovery::writeAgain(core::Operation& op) {
   op.segment.shareLeft = share - op.length;
   op.segment.resent = 1;
   op.transferred = 0;
-  if (rdma_.immediateCarriesLength()) {
+  // A notice's immediate carries the refused size, not a segment's length.
+  if (rdma_.immediateCarriesLength() && op.segment.notice == 0) {
     op.tag = (op.tag & 0xffffffffu) | (uint64_t{op.length} << kLengthShift);
   }
   abi::Result result = comm_.device().post(op);

@@ -110,6 +110,11 @@ bool Sender::start(ConnectInfo* info) {
 
 void Sender::onDescriptors(uint32_t slot, uint32_t count) {
   const BufferDescriptor* group = entries(slot);
+  // A group whose write failed with its rail lands again from another: taken once.
+  if (slot >= kSlots || static_cast<int32_t>(group[0].generation - generations_[slot]) <= 0) {
+    return;
+  }
+  generations_[slot] = group[0].generation;
   matcher_.expectGroup(count);
   bool aheadStarts = eager_.onDescriptorGroup((group[0].flags & kEagerAhead) != 0);
   for (uint32_t i = 0; i < count; ++i) {
@@ -166,7 +171,10 @@ void Sender::sendWaitingEagerly() {
 }
 
 bool Sender::onOwnCompletion(core::Operation& op, int error) {
-  if (close_.isAnswer(op)) return true;
+  if (close_.isAnswer(op)) {
+    if (error != 0) close_.answerAgain(error);  // its rail broke: it goes again on another
+    return true;
+  }
   if (recovery_.onOwnCompletion(op, error)) return true;
   if (!eager_.onOwnCompletion(op, error)) return false;
   onWriteDone();  // a close answer may wait for this write

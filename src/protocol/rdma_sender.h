@@ -32,6 +32,8 @@ class Sender final : public CommState {
                        core::MemoryHandle* handle);
   // A group of `count` descriptors landed in the ring entry of `slot`.
   void onDescriptors(uint32_t slot, uint32_t count);
+  // Descriptors that came before their sends (tests: none is left once every send was posted).
+  size_t descriptorsWaiting() const { return matcher_.descriptorsHeld(); }
   // A credit write landed: entries freed so far, modulo 256.
   void onCredits(uint32_t freedMod256);
 
@@ -69,7 +71,8 @@ class Sender final : public CommState {
   Striper striper_;
   EagerSender eager_;
   SendRecovery recovery_;
-  bool warnedReleased_ = false;  // one WARN a comm for sends whose buffer was deregistered
+  uint32_t generations_[kSlots] = {};  // each slot's last group taken (BufferDescriptor)
+  bool warnedReleased_ = false;        // one WARN a comm for sends whose buffer was deregistered
 };
 
 }  // namespace nnf::protocol::rdma

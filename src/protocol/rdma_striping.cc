@@ -4,6 +4,7 @@
 
 #include "core/device.h"
 #include "log/log.h"
+#include "protocol/rdma_own_write.h"
 
 namespace nnf::protocol::rdma {
 namespace {
@@ -47,13 +48,15 @@ void Striper::refuse(core::Request& request, const Arrived& arrived, const Buffe
   request.state = core::Request::State::kFailed;
   request.error = abi::kInternalError;
   request.remaining = 1;
-  first.rail = 0;
+  // On the first rail up, named like a share (its rail may break under it: rdma_send_recovery.h).
+  size_t rail = ownWriteRail(comm_.device(), comm_);
+  first.rail = static_cast<uint8_t>(rail);
   first.headerLength = 0;
-  first.peer = comm_.peer();
+  first.peer = comm_.peer(rail);
   first.remoteAddress = buffer.address;
-  first.remoteKey = buffer.keys[0];
+  first.remoteKey = buffer.keys[rail];
   first.length = 0;
-  first.segment.shareLeft = 0;
+  first.segment = core::WriteSegment{0, buffer.tag, buffer.seq, 0, 1};
   first.transferred = 0;
   // The notice (no segments) carries the sent size only where the immediate has room for it
   // (8 bytes; EFA's 4 take the control word alone, and a provider refuses more).
@@ -155,6 +158,7 @@ void Striper::startWrite(core::Request& request, const Arrived& arrived,
     op.segment.tag = buffer.tag;
     op.segment.seq = buffer.seq;
     op.segment.resent = 0;
+    op.segment.notice = 0;
     op.transferred = 0;
     op.remoteAddress = buffer.address + shares[i].offset;
     op.remoteKey = buffer.keys[rail];

@@ -1,6 +1,7 @@
 #include "protocol/rdma_void_writes.h"
 
 #include "core/device.h"
+#include "protocol/rdma_own_write.h"
 
 namespace nnf::protocol::rdma {
 
@@ -15,7 +16,7 @@ void VoidWriter::owe(uint32_t slot, uint32_t index, const BufferDescriptor& buff
   owed_[slot] |= static_cast<uint8_t>(1u << index);
   owedSlots_ |= 1u << slot;
   address_[slot] = buffer.address;
-  key_[slot] = buffer.keys[0];
+  for (size_t r = 0; r < kMaxRails; ++r) keys_[slot][r] = buffer.keys[r];
   // The receiver reuses the slot only after the void: a sender whose last send has ended may
   // not be called again before that receiver's next irecv needs the slot. The device's keeper
   // progresses what this posts, or holds back for want of a free operation, if nobody else does.
@@ -33,14 +34,15 @@ void VoidWriter::post() {
     if (owed_[slot] == 0) owedSlots_ &= ~(1u << slot);
     op.request = nullptr;
     op.type = core::OpType::kWrite;
-    op.rail = 0;
-    op.peer = comm_.peer();
+    size_t rail = ownWriteRail(comm_.device(), comm_);
+    op.rail = static_cast<uint8_t>(rail);
+    op.peer = comm_.peer(rail);
     op.buffer = nullptr;
     op.length = 0;
     op.desc = nullptr;
     op.headerLength = 0;
     op.remoteAddress = address_[slot];
-    op.remoteKey = key_[slot];
+    op.remoteKey = keys_[slot][rail];
     op.tag = encodeVoid(comm_.remoteId(), slot, index);
     // A failure is the device's to log; the receiver then keeps that slot until it closes.
     comm_.device().post(op);
@@ -49,7 +51,7 @@ void VoidWriter::post() {
 
 bool VoidWriter::onDone(core::Operation& op, int error) {
   if (&op < ops_ || &op >= ops_ + kOps) return false;
-  if (error == 0) close_.countWrite(0);  // the receiver counts what lands
+  if (error == 0) close_.countWrite(op.rail);  // the receiver counts what lands
   if (!close_.receiverDone()) post();
   return true;
 }

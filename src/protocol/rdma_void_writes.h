@@ -1,7 +1,10 @@
 // The sender's answers to descriptors whose messages went eagerly (rdma_eager.h, "Crossing"): a
 // write of no bytes naming the slot and buffer, after which the receiver may reuse the slot.
 // Taken with the receiver's grant (a comm that never sends eagerly holds none): a few
-// operations, and the voids owed per slot (a bit per buffer) that wait for one of them.
+// operations, and the voids owed per slot (a bit per buffer) that wait for one of them. A void
+// goes on the first rail up; one that fails with its rail is not written again (it may have
+// landed, and a second landing could end a buffer of the slot's next group): the receiver keeps
+// that slot until the comm closes (docs/failover.md).
 #pragma once
 
 #include <cstddef>
@@ -37,7 +40,7 @@ class VoidWriter {
   uint8_t owed_[kSlots] = {};
   uint32_t owedSlots_ = 0;         // bit s: owed_[s] != 0
   uint64_t address_[kSlots] = {};  // a buffer of the slot's group: where the empty write goes
-  uint64_t key_[kSlots] = {};
+  uint64_t keys_[kSlots][kMaxRails] = {};  // its key on each rail
 };
 
 }  // namespace nnf::protocol::rdma

@@ -186,7 +186,11 @@ struct BufferDescriptor {
   int32_t tag;
   uint16_t seq;
   uint16_t flags;  // kSettled, kEagerAhead
-  uint64_t reserved2;
+  // On a group's first buffer: how many groups its slot has carried, this one included. A
+  // descriptor write that failed with its rail goes again on another, and may have landed all
+  // the same: the sender takes a slot's group once (a later one always counts higher).
+  uint32_t generation;
+  uint32_t reserved2;
 };
 static_assert(sizeof(BufferDescriptor) == 64);
 // An eager message filled the buffer already: the sender skips it.

@@ -20,10 +20,12 @@ using core::wire::AcceptMessage;
 void checkReencodes(const std::vector<uint8_t>& bytes, const AcceptMessage& decoded) {
   AcceptMessage expected = fromThisProcess<AcceptMessage>(bytes);
   const uint8_t* rails[core::wire::kMaxRails - 1];
-  for (size_t r = 0; r + 1 < core::wire::kMaxRails; ++r) rails[r] = decoded.railAddresses[r];
-  AcceptMessage again =
-      core::wire::makeAcceptMessage(decoded.recvCommId, decoded.senderCommId, decoded.protocol,
-                                    decoded.rails, rails, decoded.railAddressLength);
+  for (size_t r = 0; r + 1 < core::wire::kMaxRails; ++r) {
+    rails[r] = decoded.rails.railAddresses[r];
+  }
+  AcceptMessage again = core::wire::makeAcceptMessage(
+      decoded.recvCommId, decoded.senderCommId, decoded.protocol,
+      core::wire::makeRailAddresses(decoded.rails.rails, rails, decoded.rails.railAddressLength));
   NNF_FUZZ_CHECK(memcmp(&again, &expected, sizeof(again)) == 0);
 }
 
@@ -32,8 +34,8 @@ void decodeOnce(const std::vector<uint8_t>& bytes, uint32_t expectedSender) {
   if (!decodesAsArrived(bytes, expectedSender, core::wire::decodeAcceptMessage, &out)) return;
   NNF_FUZZ_CHECK(out.senderCommId == expectedSender);
   NNF_FUZZ_CHECK(out.recvCommId <= core::tags::kMaxCommId);
-  NNF_FUZZ_CHECK(out.rails >= 1 && out.rails <= core::wire::kMaxRails);
-  NNF_FUZZ_CHECK(out.railAddressLength <= core::wire::kMaxRailAddressLength);
+  NNF_FUZZ_CHECK(out.rails.rails >= 1 && out.rails.rails <= core::wire::kMaxRails);
+  NNF_FUZZ_CHECK(out.rails.railAddressLength <= core::wire::kMaxRailAddressLength);
   checkReencodes(bytes, out);
 }
 

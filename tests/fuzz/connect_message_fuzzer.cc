@@ -20,13 +20,22 @@ using core::wire::ConnectMessage;
 // Encodes what was decoded and compares bytes: the encoder must give back the very message,
 // except for what it takes from this process (pid, host id) and the bytes it leaves zero
 // (the address past its length). Decoding the re-encoded message gives the same fields.
+core::wire::RailAddresses railsOf(const ConnectMessage& decoded) {
+  const uint8_t* rails[core::wire::kMaxRails - 1];
+  for (size_t r = 0; r + 1 < core::wire::kMaxRails; ++r) {
+    rails[r] = decoded.rails.railAddresses[r];
+  }
+  return core::wire::makeRailAddresses(decoded.rails.rails, rails, decoded.rails.railAddressLength);
+}
+
 void checkReencodes(const std::vector<uint8_t>& bytes, const ConnectMessage& decoded) {
   ConnectMessage expected = fromThisProcess<ConnectMessage>(bytes);
   memset(expected.address + expected.addressLength, 0,
          core::wire::kMaxAddressLength - expected.addressLength);
-  ConnectMessage again = core::wire::makeConnectMessage(
-      decoded.senderCommId, decoded.listenerId, decoded.address, decoded.addressLength,
-      decoded.protocol, decoded.ringAddress, decoded.ringKey, decoded.ringRailKeys);
+  ConnectMessage again =
+      core::wire::makeConnectMessage(decoded.senderCommId, decoded.listenerId, decoded.address,
+                                     decoded.addressLength, decoded.protocol, decoded.ringAddress,
+                                     decoded.ringKey, decoded.ringRailKeys, railsOf(decoded));
   NNF_FUZZ_CHECK(memcmp(&again, &expected, sizeof(again)) == 0);
 
   ConnectMessage twice;

@@ -124,8 +124,14 @@ int run(const std::string& root) {
   uint8_t railAddress[3][32];
   for (int r = 0; r < 3; ++r) memset(railAddress[r], 0x40 + r, sizeof(railAddress[r]));
   const uint8_t* railAddresses[] = {railAddress[0], railAddress[1], railAddress[2]};
-  auto fourRails = core::wire::makeAcceptMessage(11, 7, 2, 4, railAddresses, 32);
+  auto fourRails =
+      core::wire::makeAcceptMessage(11, 7, 2, core::wire::makeRailAddresses(4, railAddresses, 32));
   writeFile(root + "/accept_message/four_rails", &fourRails, sizeof(fourRails));
+  // A sender of four rails: their addresses ride in its connect message (wire version 7).
+  auto connectFour =
+      core::wire::makeConnectMessage(12, 7, address, 32, 2, 0x7f0000001000, 0x1111, ringRailKeys,
+                                     core::wire::makeRailAddresses(4, railAddresses, 32));
+  writeFile(root + "/connect_message/four_rails", &connectFour, sizeof(connectFour));
 
   // Config: a control byte (0 bool, 1 int, 2 size, 3 whole environment) then the text.
   const char bools[] = "\0yes";

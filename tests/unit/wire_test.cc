@@ -1,4 +1,5 @@
 #include "core/wire.h"
+#include "core/control_channel.h"
 
 #include <gtest/gtest.h>
 
@@ -153,7 +154,7 @@ TEST(ConnectMessage, RoundTripsAndChecksListener) {
   EXPECT_FALSE(wire::decodeConnectMessage(&message, sizeof(message), 4, &decoded, &reason));
   EXPECT_TRUE(names(reason, "listener 3, not 4"));
   EXPECT_FALSE(wire::decodeConnectMessage(&message, sizeof(message) - 1, 3, &decoded, &reason));
-  EXPECT_TRUE(names(reason, "is 167 bytes, expected 168"));
+  EXPECT_TRUE(names(reason, "is 319 bytes, expected 320"));
 }
 
 // Version 4 carries the rdma ring's key on every rail, and is 24 bytes longer than version 3: a
@@ -223,8 +224,8 @@ TEST(AcceptMessage, RoundTripsAndChecksSender) {
   EXPECT_TRUE(names(reason, "does not answer this connection"));
   EXPECT_FALSE(wire::decodeAcceptMessage(&message, 3, 5, &decoded, &reason));
   EXPECT_TRUE(names(reason, "is 3 bytes, expected 184"));
-  EXPECT_EQ(decoded.rails, 1u);
-  EXPECT_EQ(decoded.railAddressLength, 0u);
+  EXPECT_EQ(decoded.rails.rails, 1u);
+  EXPECT_EQ(decoded.rails.railAddressLength, 0u);
 }
 
 TEST(AcceptMessage, RejectsEachBadFieldForItsOwnReason) {
@@ -245,30 +246,30 @@ TEST(AcceptMessage, RejectsEachBadFieldForItsOwnReason) {
   bad.length = 33;
   EXPECT_TRUE(names(rejection(bad), "does not answer"));
   bad = message;
-  bad.rails = 0;
+  bad.rails.rails = 0;
   EXPECT_TRUE(names(rejection(bad), "invalid rail count"));
   bad = message;
-  bad.rails = wire::kMaxRails + 1;
-  bad.railAddressLength = 16;
+  bad.rails.rails = wire::kMaxRails + 1;
+  bad.rails.railAddressLength = 16;
   EXPECT_TRUE(names(rejection(bad), "invalid rail count"));
   bad = message;
-  bad.rails = 2;  // a second rail without its address
+  bad.rails.rails = 2;  // a second rail without its address
   EXPECT_TRUE(names(rejection(bad), "invalid rail count"));
   bad = message;
-  bad.railAddressLength = 16;  // an address with one rail
+  bad.rails.railAddressLength = 16;  // an address with one rail
   EXPECT_TRUE(names(rejection(bad), "invalid rail count"));
   bad = message;
-  bad.rails = 2;
-  bad.railAddressLength = wire::kMaxRailAddressLength + 1;
+  bad.rails.rails = 2;
+  bad.rails.railAddressLength = wire::kMaxRailAddressLength + 1;
   EXPECT_TRUE(names(rejection(bad), "rail address length"));
-  bad.railAddressLength = wire::kMaxRailAddressLength;
+  bad.rails.railAddressLength = wire::kMaxRailAddressLength;
   EXPECT_EQ(rejection(bad), "");
-  bad.rails = 1;
-  bad.railAddressLength = 0;
-  bad.railAddresses[0][0] = 1;  // an address byte for a rail it does not have
+  bad.rails.rails = 1;
+  bad.rails.railAddressLength = 0;
+  bad.rails.railAddresses[0][0] = 1;  // an address byte for a rail it does not have
   EXPECT_TRUE(names(rejection(bad), "bytes set outside its fields"));
   bad = message;
-  bad.reserved = 1;
+  bad.rails.reserved = 1;
   EXPECT_TRUE(names(rejection(bad), "bytes set outside its fields"));
   bad = message;
   bad.recvCommId = tags::kMaxCommId + 1;
@@ -286,20 +287,52 @@ TEST(AcceptMessage, CarriesTheAddressesOfEveryRailBeyondTheLeader) {
     third[i] = static_cast<uint8_t>(200 + i);
   }
   const uint8_t* addresses[] = {first, second, third};
-  wire::AcceptMessage message = wire::makeAcceptMessage(11, 5, 2, 4, addresses, sizeof(first));
+  wire::AcceptMessage message =
+      wire::makeAcceptMessage(11, 5, 2, wire::makeRailAddresses(4, addresses, sizeof(first)));
   wire::AcceptMessage decoded;
   std::string reason;
   ASSERT_TRUE(wire::decodeAcceptMessage(&message, sizeof(message), 5, &decoded, &reason)) << reason;
-  EXPECT_EQ(decoded.rails, 4u);
-  EXPECT_EQ(decoded.railAddressLength, 20u);
-  EXPECT_EQ(memcmp(decoded.railAddresses[0], first, 20), 0);
-  EXPECT_EQ(memcmp(decoded.railAddresses[1], second, 20), 0);
-  EXPECT_EQ(memcmp(decoded.railAddresses[2], third, 20), 0);
-  EXPECT_THROW(wire::makeAcceptMessage(11, 5, 2, wire::kMaxRails + 1, addresses, 20),
+  EXPECT_EQ(decoded.rails.rails, 4u);
+  EXPECT_EQ(decoded.rails.railAddressLength, 20u);
+  EXPECT_EQ(memcmp(decoded.rails.railAddresses[0], first, 20), 0);
+  EXPECT_EQ(memcmp(decoded.rails.railAddresses[1], second, 20), 0);
+  EXPECT_EQ(memcmp(decoded.rails.railAddresses[2], third, 20), 0);
+  EXPECT_THROW(wire::makeRailAddresses(wire::kMaxRails + 1, addresses, 20), std::runtime_error);
+  EXPECT_THROW(wire::makeRailAddresses(2, addresses, wire::kMaxRailAddressLength + 1),
                std::runtime_error);
-  EXPECT_THROW(wire::makeAcceptMessage(11, 5, 2, 2, addresses, wire::kMaxRailAddressLength + 1),
-               std::runtime_error);
-  static_assert(sizeof(wire::AcceptMessage) <= 239, "fits a control message");
+  static_assert(sizeof(wire::AcceptMessage) <= core::ControlChannel::kMaxPayload,
+                "fits a control message");
+}
+
+TEST(ConnectMessage, CarriesTheSendersRailsBeyondTheLeader) {
+  uint8_t first[32], second[32];
+  for (int i = 0; i < 32; ++i) {
+    first[i] = static_cast<uint8_t>(i + 1);
+    second[i] = static_cast<uint8_t>(100 + i);
+  }
+  const uint8_t* addresses[] = {first, second};
+  wire::ConnectMessage message =
+      wire::makeConnectMessage(9, 3, kAddress, sizeof(kAddress), 2, 0x1000, 0x10, nullptr,
+                               wire::makeRailAddresses(3, addresses, sizeof(first)));
+  wire::ConnectMessage decoded;
+  std::string reason;
+  ASSERT_TRUE(wire::decodeConnectMessage(&message, sizeof(message), 3, &decoded, &reason))
+      << reason;
+  EXPECT_EQ(decoded.rails.rails, 3u);
+  EXPECT_EQ(decoded.rails.railAddressLength, 32u);
+  EXPECT_EQ(memcmp(decoded.rails.railAddresses[0], first, 32), 0);
+  EXPECT_EQ(memcmp(decoded.rails.railAddresses[1], second, 32), 0);
+  // The rails are checked as an accept message's are.
+  wire::ConnectMessage bad = message;
+  bad.rails.railAddresses[2][0] = 1;  // a byte for a rail it does not have
+  EXPECT_FALSE(wire::decodeConnectMessage(&bad, sizeof(bad), 3, &decoded, &reason));
+  EXPECT_TRUE(names(reason, "connect message has bytes set outside its fields"));
+  bad = message;
+  bad.rails.rails = 0;
+  EXPECT_FALSE(wire::decodeConnectMessage(&bad, sizeof(bad), 3, &decoded, &reason));
+  EXPECT_TRUE(names(reason, "connect message has an invalid rail count"));
+  static_assert(sizeof(wire::ConnectMessage) <= core::ControlChannel::kMaxPayload,
+                "fits a control message");
 }
 
 TEST(Tags, FieldsDoNotOverlap) {

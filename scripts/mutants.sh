@@ -318,6 +318,29 @@ table() {
   mutant stranded-kept src/core/device_endpoint.cc \
     '    releaseStranded(rail);' '    (void)rail;' \
     failover_test 'Failover.ANicDownBeforeItsFirstWrite*' NNF_TEST_PROVIDER=softefa+rdma+2rails
+
+  # The leader's failure: the comm's control messages and own writes (descriptors, credits, the
+  # eager limit) that fail with the leader go again on a rail up, and the sender takes a
+  # descriptor group once.
+  mutant leader-control-not-sent-again src/core/control_channel.cc \
+    'if (!RailHealth::isPathFailure(error) || comm.rails() < 2) return false;' 'return false;' \
+    failover_test 'Failover.*Leader*' NNF_TEST_PROVIDER=softefa+rdma+2rails
+  mutant leader-own-writes-not-written-again src/protocol/rdma_own_write.h \
+    'if (!core::RailHealth::isPathFailure(error) || comm.rails() < 2) return false;' \
+    'return false;' failover_test 'Failover.*Leader*' NNF_TEST_PROVIDER=softefa+rdma+2rails
+  mutant leader-own-writes-on-the-leader src/protocol/rdma_own_write.h \
+    'return comm.rails() > 1 ? device.railHealth().firstUp(comm.rails()) : 0;' 'return 0;' \
+    failover_test 'Failover.*Leader*' NNF_TEST_PROVIDER=efa+rdma+2rails
+  mutant leader-descriptors-taken-twice src/protocol/rdma_sender.cc \
+    'static_cast<int32_t>(group[0].generation - generations_[slot]) <= 0' 'false' \
+    rdma_failover_test 'RdmaFailoverOverFakeFabric.TheLeader*' -
+  mutant leader-notice-on-the-leader src/protocol/rdma_striping.cc \
+    'size_t rail = ownWriteRail(comm_.device(), comm_);' 'size_t rail = 0;' \
+    rdma_failover_test 'RdmaFailoverOverFakeFabric.TheLeader*:*ARefusedSend*' -
+  mutant leader-notice-not-asked-about src/core/data_comm.cc \
+    '(request->state == Request::State::kActive || op.segment.notice != 0)' \
+    'request->state == Request::State::kActive' \
+    rdma_failover_test 'RdmaFailoverOverFakeFabric.ARefusedSend*' -
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -307,10 +307,9 @@ TEST(Failover, ARailWhosePathBreaksIsLeftOutAndNoMessageIsLost) {
 // messages are striped over it again (the stand-in counts its bytes; on the software device a
 // second break of the link shows it: a share that was on it fails and goes again, "failed again").
 // Every message verified, one WARN.
-TEST(Failover, ARailWhoseLinkIsMendedCarriesDataAgain) {
+void linkMendedCarriesDataAgain(int rail) {
   REQUIRE_RAILS();
   if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
-  if (testRails() < 2) GTEST_SKIP() << "needs two rails or more";
   constexpr int kBroken = 7;        // messages before the link breaks
   constexpr int kMended = 12;       // messages before it is mended
   constexpr int kBrokenAgain = 18;  // messages before it breaks again
@@ -318,13 +317,14 @@ TEST(Failover, ARailWhoseLinkIsMendedCarriesDataAgain) {
   constexpr int kStriped = 1 << 20;
   const int kSizes[3] = {64 << 10, 1024, kStriped};
   auto sizeOf = [&](int i) { return i < kMended ? kSizes[i % 3] : kStriped; };
-  LinkControl links("failover-mend");
-  const std::string rejoined = "rail 1 (NIC " + efaRulesDomainName(1) + ") works again";
-  const std::string failedAgain = "rail 1 (NIC " + efaRulesDomainName(1) + ") failed again";
+  LinkControl links("failover-mend-" + std::to_string(rail));
+  const std::string nic =
+      "rail " + std::to_string(rail) + " (NIC " + efaRulesDomainName(rail) + ")";
+  const std::string down = std::to_string(rail);
   std::map<std::string, uint64_t> beforeMended;
   auto beforeSend = [&](Peer& peer, int i) {
     if (i == kBroken || i == kBrokenAgain) {
-      ASSERT_NO_FATAL_FAILURE(links.setDown("1"));
+      ASSERT_NO_FATAL_FAILURE(links.setDown(down.c_str()));
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (i == kMended) {
@@ -333,14 +333,15 @@ TEST(Failover, ARailWhoseLinkIsMendedCarriesDataAgain) {
       // The device's own thread probes: nobody needs to call the plugin meanwhile.
       // Wall time is the machine's: it is reported, and only a hang is bounded (the probe's
       // own timing is bounded in fake time by RdmaFailoverOverFakeFabric).
-      while (infoLinesWith(peer, rejoined) == 0 &&
+      while (infoLinesWith(peer, nic + " works again") == 0 &&
              std::chrono::steady_clock::now() - mended < std::chrono::seconds(60)) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
       double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - mended).count();
-      ASSERT_EQ(infoLinesWith(peer, rejoined), 1) << "not back after " << seconds << " s";
-      std::printf("[ mended  ] rail 1 rejoined %.2f s after its link was mended\n", seconds);
+      ASSERT_EQ(infoLinesWith(peer, nic + " works again"), 1)
+          << "not back after " << seconds << " s";
+      std::printf("[ mended  ] rail %d rejoined %.2f s after its link was mended\n", rail, seconds);
       EXPECT_EQ(reportedSpeed(peer), peer.props.speed) << "the full speed is reported again";
       if (!onSoftEfa()) beforeMended = carriedByRail();
     }
@@ -351,14 +352,25 @@ TEST(Failover, ARailWhoseLinkIsMendedCarriesDataAgain) {
     }
   };
   auto senderDone = [&](Peer& peer) {
-    expectRailWarnings(peer, {1});
-    EXPECT_EQ(infoLinesWith(peer, failedAgain), 1) << "the rail carried nothing after it rejoined";
+    expectRailWarnings(peer, {rail});
+    EXPECT_EQ(infoLinesWith(peer, nic + " failed again"), 1)
+        << "the rail carried nothing after it rejoined";
   };
   auto receiverDone = [&](Peer& peer) {
     // One share in flight at each break.
     EXPECT_EQ(sharesWrittenAgain(peer), 2);
   };
   runOneAtATime(kMessages, sizeOf, beforeSend, senderDone, receiverDone);
+}
+
+TEST(Failover, ARailWhoseLinkIsMendedCarriesDataAgain) {
+  linkMendedCarriesDataAgain(1);
+}
+
+// The same with the leader: while it is down the comm's control messages and own writes go on
+// the rail left; once it rejoins they, and striped shares, take it again.
+TEST(Failover, TheLeaderWhoseLinkIsMendedCarriesDataAgain) {
+  linkMendedCarriesDataAgain(0);
 }
 
 // NIC 1's link is down from the start, before the first write on it to the peer. On the real

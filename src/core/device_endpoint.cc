@@ -57,8 +57,9 @@ uint64_t Device::releaseStrandedWhenDue(uint64_t now) {
 }
 
 void Device::releaseStranded(size_t rail) {
-  // The requests' operations on that rail still with the provider: data and eager writes (the
-  // protocols' own writes, descriptors, credits and voids, go on the leader).
+  // The requests' operations on that rail still with the provider: data and eager writes. The
+  // protocols' own writes (descriptors, credits, voids) go on the leader while it is up; those
+  // stranded here, with the leader down too, stay so (two NICs failing; not taken back).
   std::vector<Operation*> stranded;
   std::vector<fi_addr_t> peers;
   for (auto& entry : comms_) {

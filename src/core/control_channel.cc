@@ -83,12 +83,10 @@ abi::Result ControlChannel::send(Operation& op, uint8_t* buffer, const ControlSl
 
 bool ControlChannel::sendAgain(Operation& op, const ControlSlot& slot, const DataComm& comm,
                                int error) {
-  // The device heard of the error first: a broken path's rail is down by now.
-  if (!RailHealth::isPathFailure(error) || comm.rails() < 2) return false;
-  size_t rail = device_.railHealth().firstUp(comm.rails());
-  if (rail == op.rail || device_.railHealth().state(rail) != RailState::kUp) return false;
+  int rail = device_.railHealth().railInsteadOf(op.rail, error, comm.rails());
+  if (rail < 0) return false;
   NNF_INFO(abi::kLogSubsysNet,
-           "comm %u: a control message failed with rail %u; sent again on rail %zu", comm.id(),
+           "comm %u: a control message failed with rail %u; sent again on rail %d", comm.id(),
            op.rail, rail);
   op.rail = static_cast<uint8_t>(rail);
   op.desc = slot.descOf(rail);

@@ -76,6 +76,14 @@ class RailHealth {
     uint32_t mask = upMask_ & ((1u << rails) - 1);
     return mask != 0 ? static_cast<size_t>(__builtin_ctz(mask)) : 0;
   }
+  // Where an operation of a comm of `rails` rails that failed on `failed` with `error` goes
+  // again: the first of them up, when `error` says the path broke (the device took `failed`
+  // down before the operation's owner heard) and another is up; -1 when it does not go again.
+  int railInsteadOf(size_t failed, int error, size_t rails) const {
+    if (rails < 2 || !isPathFailure(error)) return -1;
+    size_t rail = firstUp(rails);
+    return rail != failed && states_[rail] == RailState::kUp ? static_cast<int>(rail) : -1;
+  }
   // The rails among the first `rails` that are up, lowest first, into `out` (kMaxRails
   // entries): their count. When none is, all `rails` of them: a comm whose every rail failed
   // fails its transfers as before, on whichever rail it posts them.

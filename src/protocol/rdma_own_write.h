@@ -18,12 +18,10 @@ inline size_t ownWriteRail(const core::Device& device, const core::DataComm& com
 // source's descriptor there (`source`) and the peer's address (true: in flight again).
 inline bool writeOwnAgain(core::Device& device, const core::DataComm& comm, core::Operation& write,
                           const uint64_t* keys, const core::ControlSlot* source, int error) {
-  // The device heard of the error first: a broken path's rail is down by now.
-  if (!core::RailHealth::isPathFailure(error) || comm.rails() < 2) return false;
-  size_t rail = ownWriteRail(device, comm);
-  if (rail == write.rail || device.railHealth().state(rail) != core::RailState::kUp) return false;
+  int rail = device.railHealth().railInsteadOf(write.rail, error, comm.rails());
+  if (rail < 0) return false;
   NNF_INFO(abi::kLogSubsysNet,
-           "comm %u: its own %zu-byte write failed with rail %u; written again on rail %zu",
+           "comm %u: its own %zu-byte write failed with rail %u; written again on rail %d",
            comm.id(), write.length, write.rail, rail);
   write.rail = static_cast<uint8_t>(rail);
   write.peer = comm.peer(rail);

@@ -63,9 +63,8 @@ Device::Device(int index, const DeviceSpec& spec, std::unique_ptr<DeviceRails> r
   cuda_ = spec.cuda;
   flushSetting_ = memory::flushSettingFromConfig(config);
   // On every rail: control messages go on any rail up when the leader fails.
-  controlArena_ = std::make_unique<ControlArena>(!rail().needsLocalRegistration() ? nullptr
-                                                 : railCount_ > 1 ? &rails_->dataRegistrar()
-                                                                  : &rails_->leaderRegistrar());
+  controlArena_ = std::make_unique<ControlArena>(
+      rail().needsLocalRegistration() ? &everyRailRegistrar() : nullptr);
   railAddresses_ = ownRailAddresses();
   // The control ring and the drains are posted receives too: they count in the receive lane.
   size_t drainedIds = drainedIdsFor(provider_, properties_.name);

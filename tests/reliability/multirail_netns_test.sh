@@ -15,21 +15,9 @@ MIN_RATIO=1.8
 SIZE=4M
 ITERATIONS=24  # about 2 s of data on one 400mbit rail
 
-skip() {
-  echo "SKIP: $*"
-  exit 77
-}
-[[ $(id -u) -eq 0 ]] || skip "needs root (network namespaces, veth, tc)"
-command -v ip >/dev/null && command -v tc >/dev/null || skip "needs ip and tc (iproute2)"
-# A namespace with a token bucket on its loopback: what netns-perf.sh needs of the kernel.
-probe="nnfprobe$$"
-if ! ip netns add "$probe" 2>/dev/null; then skip "ip netns unavailable here"; fi
-shaped=0
-ip -n "$probe" link set lo up &&
-  ip netns exec "$probe" tc qdisc add dev lo root tbf rate "$RATE" burst 256kb latency 50ms &&
-  shaped=1
-ip netns del "$probe"
-((shaped)) || skip "tc tbf unavailable in namespaces"
+# shellcheck source=netns_prerequisites.sh
+source "$(dirname "$0")/netns_prerequisites.sh"
+require_netns "$RATE"
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

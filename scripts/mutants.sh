@@ -329,7 +329,7 @@ table() {
     'if (rail < 0) return false;' \
     'return false;' failover_test 'Failover.*Leader*' NNF_TEST_PROVIDER=softefa+rdma+2rails
   mutant leader-own-writes-on-the-leader src/protocol/rdma_own_write.h \
-    'return comm.rails() > 1 ? device.railHealth().firstUp(comm.rails()) : 0;' 'return 0;' \
+    'device.railHealth().firstUp(comm.rails(), comm.pathsDown()) : 0;' '0 : 0;' \
     failover_test 'Failover.*Leader*' NNF_TEST_PROVIDER=efa+rdma+2rails
   mutant leader-descriptors-taken-twice src/protocol/rdma_sender.cc \
     'static_cast<int32_t>(group[0].generation - generations_[slot]) <= 0' 'false' \
@@ -341,6 +341,22 @@ table() {
     '(request->state == Request::State::kActive || op.segment.notice != 0)' \
     'request->state == Request::State::kActive' \
     rdma_failover_test 'RdmaFailoverOverFakeFabric.ARefusedSend*' -
+
+  # Paths (core/path_health.h): a peer's broken NIC takes one path down, not our rail; a comm
+  # leaves its broken paths out; a path rejoins by its probe; our own NIC's failure still takes
+  # the rail down.
+  mutant path-blames-the-rail src/core/device_paths.cc \
+    'if (pathProbe_ == nullptr || op.peer == selfAddresses_[rail] || op.peer == FI_ADDR_UNSPEC) {' \
+    'if (true) {' failover_test 'Failover.APeers*' NNF_TEST_PROVIDER=efa+rdma+2rails
+  mutant path-left-in-stripes src/protocol/rdma_striping.cc \
+    'carrying(rails, carrying, comm_.pathsDown());' 'carrying(rails, carrying, 0);' \
+    failover_test 'Failover.APeers*' NNF_TEST_PROVIDER=efa+rdma+4rails
+  mutant path-never-rejoins src/core/device_paths.cc \
+    '  paths_.probeSucceeded(index, nowNs());' '  paths_.probeFailed(index, nowNs()); return;' \
+    failover_test 'Failover.APeersBrokenNic*' NNF_TEST_PROVIDER=efa+rdma+2rails
+  mutant path-nic-failure-unseen src/core/device_paths.cc \
+    'const bool ourNicFailed = error != 0;' 'const bool ourNicFailed = false;' \
+    failover_test 'Failover.ARailWhosePathBreaks*' NNF_TEST_PROVIDER=efa+rdma+2rails
 }
 
 # ---------------------------------------------------------------------------------------------

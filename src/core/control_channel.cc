@@ -76,14 +76,14 @@ abi::Result ControlChannel::sendOn(size_t rail, Operation& op, uint8_t* buffer, 
 abi::Result ControlChannel::send(Operation& op, uint8_t* buffer, const ControlSlot& slot,
                                  const DataComm& comm, wire::ControlKind kind, const void* payload,
                                  size_t length) {
-  size_t rail = device_.railHealth().firstUp(comm.rails());
+  size_t rail = device_.railHealth().firstUp(comm.rails(), comm.pathsDown());
   return sendOn(rail, op, buffer, slot.descOf(rail), comm.peer(rail), comm.remoteId(), kind,
                 payload, length);
 }
 
 bool ControlChannel::sendAgain(Operation& op, const ControlSlot& slot, const DataComm& comm,
                                int error) {
-  int rail = device_.railHealth().railInsteadOf(op.rail, error, comm.rails());
+  int rail = device_.railHealth().railInsteadOf(op.rail, error, comm.rails(), comm.pathsDown());
   if (rail < 0) return false;
   NNF_INFO(abi::kLogSubsysNet,
            "comm %u: a control message failed with rail %u; sent again on rail %d", comm.id(),

@@ -74,6 +74,7 @@ bool DataComm::adoptPeerRails(const wire::RailAddresses& peerRails, const char* 
     }
   }
   rails_ = rails;
+  pathsDown_ = device().pathsDownOf(*this);  // a path that broke before this comm connected
   return true;
 }
 

@@ -59,6 +59,10 @@ class DataComm : public Comm {
     if (current == from) current = to;
   }
   size_t rails() const { return rails_; }
+  // Bit r: the path to our peer on rail r is broken beyond our NIC (core/path_health.h); new
+  // messages leave it out as they leave out a rail that is down. Kept by the device.
+  uint32_t pathsDown() const { return pathsDown_; }
+  void setPathsDown(uint32_t mask) { pathsDown_ = mask; }
   uint32_t remoteId() const { return remoteId_; }
 
   ~DataComm() override;
@@ -167,6 +171,7 @@ class DataComm : public Comm {
   fi_addr_t peer_ = FI_ADDR_UNSPEC;
   fi_addr_t railPeers_[memory::kMaxRails - 1] = {};
   size_t rails_ = 1;
+  uint32_t pathsDown_ = 0;  // pathsDown()
   uint32_t remoteId_ = 0;
 
  private:

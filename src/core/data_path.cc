@@ -210,8 +210,8 @@ abi::Result Plugin::iflush(void* recvComm, int count, void* const* data, const i
   }
   Operation& op = request->ops[0];
   MemoryHandle* word = device.flushWord();
-  // The first rail up: every buffer is registered on each.
-  size_t rail = device.railHealth().firstUp(device.railCount());
+  // The first rail up: every buffer is registered on each (a read of our own: no path to a peer).
+  size_t rail = device.railHealth().firstUp(device.railCount(), 0);
   op.owner = comm;
   op.type = OpType::kRead;
   op.rail = static_cast<uint8_t>(rail);

@@ -52,6 +52,7 @@ Device::Device(int index, const DeviceSpec& spec, std::unique_ptr<DeviceRails> r
       railCount_(rails_->railCount()),
       railHealth_(railCount_,
                   static_cast<uint64_t>(config.integer(config::Param::kRailProbeMs)) * 1000000),
+      paths_(static_cast<uint64_t>(config.integer(config::Param::kRailProbeMs)) * 1000000),
       provider_(rails_->rail(0).info()->fabric_attr->prov_name),
       properties_(spec.properties),
       railNames_(spec.railNames),
@@ -158,6 +159,7 @@ void Device::registerHostBuffers() {
     for (size_t r = 0; r < railCount_; ++r) reads &= (rail(r).info()->caps & FI_READ) != 0;
     if (reads) {
       railProbe_ = std::make_unique<RailProbe>(*this);
+      pathProbe_ = std::make_unique<PathProbe>(*this);
     } else {
       NNF_INFO(abi::kLogSubsysInit,
                "%s: a rail that fails stays down: its provider offers no RMA read to probe it",
@@ -208,12 +210,13 @@ void Device::onTransferError(size_t rail, const Operation& op, int error, const 
   // comms report them. A probe's failure is its answer (onProbeEnded).
   if (railCount_ < 2 || error == FI_ECANCELED || rail >= railCount_) return;
   if (railProbe_ != nullptr && railProbe_->owns(op)) return;
+  if (pathProbe_ != nullptr && pathProbe_->owns(op)) return;
   bool detail = text != nullptr && *text != '\0' && strcmp(text, fi_strerror(error)) != 0;
   if (RailHealth::isPathFailure(error)) {
     char what[320];
     snprintf(what, sizeof(what), "failed a %zu-byte %s: %s%s%s%s", op.length, opTypeName(op.type),
              fi_strerror(error), detail ? " (" : "", detail ? text : "", detail ? ")" : "");
-    railPathBroke(rail, what);
+    pathBroke(rail, op, what);
     return;
   }
   if ((railErrorsReported_ & (1u << rail)) != 0) return;
@@ -228,6 +231,9 @@ void Device::onTransferError(size_t rail, const Operation& op, int error, const 
 void Device::railPathBroke(size_t rail, const char* what) {
   if (!railHealth_.markDown(rail, nowNs())) return;  // down already: its first failure told
   railErrorsReported_ |= 1u << rail;
+  // The paths it broke were our NIC's: the rail stands for them now.
+  paths_.forgetRail(rail);
+  refreshPathMasks();
   size_t carrying = railHealth_.upCount();
   // NCCL reads the speed when it builds a communicator: later ones see the rails left.
   properties_.speedMbps = speedWith(carrying);
@@ -254,17 +260,23 @@ int Device::speedWith(size_t rails) const {
 
 uint64_t Device::probeRails() {
   uint64_t now = nowNs();
-  uint64_t strandedWaitNs = releaseStrandedWhenDue(now);
-  if (railProbe_ == nullptr || railHealth_.allUp()) return strandedWaitNs;
-  for (int rail = railHealth_.takeDueProbe(now); rail >= 0; rail = railHealth_.takeDueProbe(now)) {
+  uint64_t wait = std::min(releaseStrandedWhenDue(now), probePaths(now));
+  if (railProbe_ == nullptr || railHealth_.allUp()) return wait;
+  // A rail whose probe's operation asks about a path (classifying_) is probed after it.
+  for (int rail = railHealth_.takeDueProbe(now, classifying_); rail >= 0;
+       rail = railHealth_.takeDueProbe(now, classifying_)) {
     if (!railProbe_->post(static_cast<size_t>(rail))) {
       railHealth_.probeFailed(static_cast<size_t>(rail), now);
     }
   }
-  return std::min(railHealth_.nextProbeInNs(now), strandedWaitNs);
+  return std::min(railHealth_.nextProbeInNs(now), wait);
 }
 
 void Device::onProbeEnded(size_t rail, int error, const char* text) {
+  if ((classifying_ & (1u << rail)) != 0) {
+    onClassified(rail, error);
+    return;
+  }
   if (error != 0) {
     NNF_TRACE("device %d: rail %zu (NIC %s) probe failed: %s (%s)", index_, rail, railName(rail),
               fi_strerror(error), text != nullptr ? text : "");
@@ -272,6 +284,8 @@ void Device::onProbeEnded(size_t rail, int error, const char* text) {
     return;
   }
   railHealth_.probeSucceeded(rail, nowNs());
+  paths_.forgetRail(rail);  // broken with the rail, or not at all: asked again if still broken
+  refreshPathMasks();
   size_t carrying = railHealth_.upCount();
   properties_.speedMbps = speedWith(carrying);
   NNF_INFO(abi::kLogSubsysNet,

@@ -25,6 +25,8 @@
 #include "core/op_pool.h"
 #include "core/operation.h"
 #include "core/operation_engine.h"
+#include "core/path_health.h"
+#include "core/path_probe.h"
 #include "core/progress_keeper.h"
 #include "core/protocol.h"
 #include "core/rail_health.h"
@@ -68,6 +70,8 @@ struct DeviceSpec {
   std::vector<std::string> gpus;  // PCI addresses of the GPUs it serves, nearest first
 };
 
+class DataComm;
+
 class Device : private protocol::DeviceSetup, private EngineEvents {
  public:
   // A device over `rails` (opened by the plugin: core/fabric_rails.h, the leader only for the
@@ -99,6 +103,11 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   // Which rails carry data (device lock held): a rail whose path broke is left out of new
   // messages' choices (core/rail_health.h).
   const RailHealth& railHealth() const { return railHealth_; }
+  // Which paths (a rail of ours to one peer) are broken beyond our NIC (core/path_health.h).
+  const PathHealth& pathHealth() const { return paths_; }
+  // Bit r: `comm`'s path on rail r is broken (device lock held; what DataComm::pathsDown()
+  // caches, refreshed by the device whenever a path changes).
+  uint32_t pathsDownOf(const DataComm& comm) const;
   protocol::Protocol& protocol() { return *protocol_; }
   const std::string& provider() const { return provider_; }
   MemoryRegistry& memory() { return *memory_; }
@@ -206,8 +215,11 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   // grace is over (device_endpoint.cc), and posts the probes of down rails that are due; how long
   // until it should look again (0: a probe is in flight), UINT64_MAX when nothing waits.
   uint64_t probeRails();
-  // A rail probe ended (RailProbe): error 0, the rail rejoins; else it stays down.
+  // A rail probe ended (RailProbe): error 0, the rail rejoins; else it stays down. A probe of a
+  // rail that is up asked whether our NIC or a path beyond it broke (device_paths.cc).
   void onProbeEnded(size_t rail, int error, const char* text);
+  // A path probe ended (PathProbe): error 0, the path rejoins; else it stays down.
+  void onPathProbeEnded(int index, int error, const char* text);
   // Comms the device holds, open or closing.
   size_t commCount() const { return comms_.size(); }
   ControlChannel& controlChannel() { return *controlChannel_; }
@@ -246,6 +258,21 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   // Rail `rail`'s path is broken (`what`: how it showed): left out of new messages, probed, named
   // in one WARN (an INFO when it fails again after rejoining).
   void railPathBroke(size_t rail, const char* what);
+  // `op` failed on a broken path (device_paths.cc): that path goes down for the comms to its
+  // peer, and our own NIC is asked at once (classifyRail) whether the rail broke as a whole.
+  void pathBroke(size_t rail, const Operation& op, const char* what);
+  void classifyRail(size_t rail);
+  // The classifying read of rail `rail` ended: our NIC works (the paths broke beyond it: each is
+  // named) or not (the rail goes down).
+  void onClassified(size_t rail, int error);
+  // Every data comm's cached mask of broken paths, after a path changed.
+  void refreshPathMasks();
+  // Posts the probes of broken paths that are due; how long until the next is (UINT64_MAX: none).
+  uint64_t probePaths(uint64_t now);
+  // Whether an open comm goes to `peer` on rail `rail`.
+  bool pathInUse(size_t rail, fi_addr_t peer) const;
+  // A peer's address on a rail, in hex, for log lines ("?" when unknown).
+  std::string peerText(size_t rail, fi_addr_t peer) const;
   // The writes of a rail whose endpoint failed that are still with the provider once the grace
   // is over (efa never completes what it queued behind a failed handshake): their peers'
   // addresses are removed from the rail (which ends them in the provider, silently), each fails
@@ -278,6 +305,8 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   size_t railCount_;
   wire::RailAddresses railAddresses_{};
   RailHealth railHealth_;
+  PathHealth paths_;
+  uint32_t classifying_ = 0;         // bit r: rail r's probe asks whether our NIC or a path broke
   int fullSpeedMbps_ = 0;            // the speed with every rail up
   uint32_t railErrorsReported_ = 0;  // bit r: rail r's first failure was named (one WARN a rail)
   uint32_t endpointErrorsReported_ = 0;  // bit r: an endpoint error of rail r was named
@@ -306,6 +335,7 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   uint64_t flushWord_ = 0;
   MemoryHandle* flushWordHandle_ = nullptr;
   std::unique_ptr<RailProbe> railProbe_;  // null: a rail that goes down stays down
+  std::unique_ptr<PathProbe> pathProbe_;  // with railProbe_: broken paths' probes
   fi_addr_t selfAddresses_[memory::kMaxRails] = {FI_ADDR_UNSPEC, FI_ADDR_UNSPEC, FI_ADDR_UNSPEC,
                                                  FI_ADDR_UNSPEC};
   DeviceProperties properties_;

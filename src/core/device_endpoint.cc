@@ -113,6 +113,7 @@ void Device::releaseStranded(size_t rail) {
       continue;
     }
     for (auto& entry : comms_) entry.second->replacePeer(rail, address, fresh);
+    paths_.replacePeer(rail, address, fresh);
     address = fresh;
   }
 }

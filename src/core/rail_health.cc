@@ -5,15 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "log/assert.h"
-
 namespace nnf::core {
-namespace {
-// A rail that rejoined and failed again within this many probe intervals was not healed: its
-// next probe waits twice as long (a path broken beyond our NIC passes our probe).
-constexpr uint64_t kSoonAfterRejoin = 16;
-constexpr uint32_t kMaxBackoff = 6;  // at most 64 intervals between probes
-}  // namespace
 
 RailHealth::RailHealth(size_t rails, uint64_t probeIntervalNs)
     : rails_(std::min<size_t>(rails, memory::kMaxRails)),
@@ -33,28 +25,25 @@ bool RailHealth::isPathFailure(int error) {
   }
 }
 
-bool RailHealth::markDown(size_t rail, uint64_t nowNs) {
-  if (rail >= rails_ || state(rail) != RailState::kUp) return false;
-  if (failures_[rail] > 0 && nowNs - upSinceNs_[rail] < kSoonAfterRejoin * probeIntervalNs_) {
-    backoff_[rail] = std::min(backoff_[rail] + 1, kMaxBackoff);
+void RailHealth::noteState(size_t rail) {
+  if (links_[rail].state() == RailState::kUp) {
+    upMask_ |= 1u << rail;
   } else {
-    backoff_[rail] = 0;
+    upMask_ &= ~(1u << rail);
   }
-  ++failures_[rail];
-  to(rail, RailState::kDown);
-  nextProbeNs_[rail] = nowNs + waitNs(rail);
+}
+
+bool RailHealth::markDown(size_t rail, uint64_t nowNs) {
+  if (rail >= rails_ || !links_[rail].markDown(nowNs, probeIntervalNs_)) return false;
+  noteState(rail);
   return true;
 }
 
-uint64_t RailHealth::waitNs(size_t rail) const {
-  return probeIntervalNs_ << backoff_[rail];
-}
-
-int RailHealth::takeDueProbe(uint64_t nowNs) {
-  if (probeIntervalNs_ == 0 || allUp()) return -1;
+int RailHealth::takeDueProbe(uint64_t nowNs, uint32_t busy) {
+  if (allUp()) return -1;
   for (size_t rail = 0; rail < rails_; ++rail) {
-    if (state(rail) == RailState::kDown && nowNs >= nextProbeNs_[rail]) {
-      to(rail, RailState::kProbing);
+    if ((busy >> rail & 1u) == 0 && links_[rail].due(nowNs, probeIntervalNs_)) {
+      links_[rail].startProbe();
       return static_cast<int>(rail);
     }
   }
@@ -64,38 +53,18 @@ int RailHealth::takeDueProbe(uint64_t nowNs) {
 uint64_t RailHealth::nextProbeInNs(uint64_t nowNs) const {
   uint64_t wait = UINT64_MAX;
   if (probeIntervalNs_ == 0 || allUp()) return wait;
-  for (size_t rail = 0; rail < rails_; ++rail) {
-    if (state(rail) == RailState::kProbing) return 0;
-    if (state(rail) == RailState::kDown) {
-      wait = std::min(wait, nextProbeNs_[rail] > nowNs ? nextProbeNs_[rail] - nowNs : 0);
-    }
-  }
+  for (size_t rail = 0; rail < rails_; ++rail) wait = std::min(wait, links_[rail].waitFrom(nowNs));
   return wait;
 }
 
 void RailHealth::probeSucceeded(size_t rail, uint64_t nowNs) {
-  to(rail, RailState::kUp);
-  upSinceNs_[rail] = nowNs;
+  links_[rail].probeSucceeded(nowNs);
+  noteState(rail);
 }
 
 void RailHealth::probeFailed(size_t rail, uint64_t nowNs) {
-  to(rail, RailState::kDown);
-  nextProbeNs_[rail] = nowNs + waitNs(rail);
-}
-
-void RailHealth::to(size_t rail, RailState next) {
-  RailState now = state(rail);
-  NNF_ASSERT(
-      (now == RailState::kUp && next == RailState::kDown) ||
-          (now == RailState::kDown && next == RailState::kProbing) ||
-          (now == RailState::kProbing && (next == RailState::kUp || next == RailState::kDown)),
-      "rail %zu: no transition from %s to %s", rail, stateName(now), stateName(next));
-  states_[rail] = next;
-  if (next == RailState::kUp) {
-    upMask_ |= 1u << rail;
-  } else {
-    upMask_ &= ~(1u << rail);
-  }
+  links_[rail].probeFailed(nowNs, probeIntervalNs_);
+  noteState(rail);
 }
 
 }  // namespace nnf::core

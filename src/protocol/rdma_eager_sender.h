@@ -83,10 +83,11 @@ class EagerSender {
   EagerHeader* headerStaging(uint32_t entry) const;
   // The rail of the next eager message: the rails a write of ours reached in turn, except where
   // the header goes ahead of its message or is left out (shm): those rely on one rail's order.
-  // A rail whose path broke is left out (core/rail_health.h), unless no reached one is left.
+  // A rail whose path broke is left out (core/rail_health.h, core/path_health.h), unless no
+  // reached one is left.
   size_t nextRail() {
     if (rails_ <= 1) return 0;
-    uint32_t up = comm_.device().railHealth().upMask();
+    uint32_t up = comm_.device().railHealth().upMask() & ~comm_.pathsDown();
     uint32_t usable = reached_ & up;
     // None reached is up (the leader broke first): any rail up, whose first write is slower.
     if (usable == 0) usable = up & ((1u << rails_) - 1);

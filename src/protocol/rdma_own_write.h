@@ -8,9 +8,10 @@
 
 namespace nnf::protocol::rdma {
 
-// The rail a comm's own writes go on: the first of its rails that is up (the leader while it is).
+// The rail a comm's own writes go on: the first of its rails that is up and whose path to the
+// peer is not broken (the leader while it works).
 inline size_t ownWriteRail(const core::Device& device, const core::DataComm& comm) {
-  return comm.rails() > 1 ? device.railHealth().firstUp(comm.rails()) : 0;
+  return comm.rails() > 1 ? device.railHealth().firstUp(comm.rails(), comm.pathsDown()) : 0;
 }
 
 // A comm's own write failed with `error`: when that says its rail's path broke and another of
@@ -18,7 +19,7 @@ inline size_t ownWriteRail(const core::Device& device, const core::DataComm& com
 // source's descriptor there (`source`) and the peer's address (true: in flight again).
 inline bool writeOwnAgain(core::Device& device, const core::DataComm& comm, core::Operation& write,
                           const uint64_t* keys, const core::ControlSlot* source, int error) {
-  int rail = device.railHealth().railInsteadOf(write.rail, error, comm.rails());
+  int rail = device.railHealth().railInsteadOf(write.rail, error, comm.rails(), comm.pathsDown());
   if (rail < 0) return false;
   NNF_INFO(abi::kLogSubsysNet,
            "comm %u: its own %zu-byte write failed with rail %u; written again on rail %d",

@@ -47,8 +47,9 @@ bool SendRecovery::takeOver(core::Operation& op, const Immediate& imm, int error
   // fails instead (two rails failing under one striped message). An eager message is named by its
   // entry and generation, on any rail.
   if (!eager && sharesItsRail(op)) return false;
-  // Another rail of the comm must be up to write the share on (the device took this one down).
-  uint32_t others = comm_.device().railHealth().upMask() & ((1u << rails) - 1) & ~(1u << op.rail);
+  // Another rail of the comm must be usable to write the share on (the device took this one, or
+  // its path to our peer, down).
+  uint32_t others = comm_.device().railHealth().usable(rails, comm_.pathsDown()) & ~(1u << op.rail);
   if (others == 0) return false;
   if (!doubts_) doubts_.reset(new (std::nothrow) Doubt[kCapacity]);
   if (!doubts_ || count_ == kCapacity) return false;
@@ -175,7 +176,7 @@ void SendRecovery::remove(size_t index) {
 // been written again: its group waits for this share).
 void SendRecovery::writeAgain(core::Operation& op) {
   uint8_t carrying[kMaxRails];
-  size_t rails = comm_.device().railHealth().carrying(comm_.rails(), carrying);
+  size_t rails = comm_.device().railHealth().carrying(comm_.rails(), carrying, comm_.pathsDown());
   size_t rail = carrying[nextRail_++ % rails];
   if (rail == op.rail) rail = carrying[nextRail_++ % rails];
   if (isEager(op)) {

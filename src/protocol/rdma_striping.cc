@@ -119,10 +119,11 @@ void Striper::startWrite(core::Request& request, const Arrived& arrived,
   bool withLength = rdma_.immediateCarriesLength();
   Share shares[kMaxRails];
   const uint64_t segmentBytes = rdma_.writeSegmentBytes();
-  // The rails that carry data: all of the comm's until one fails (core/rail_health.h).
+  // The rails that carry data: all of the comm's until one, or its path to our peer, fails
+  // (core/rail_health.h, core/path_health.h).
   uint8_t carrying[kMaxRails] = {0};  // a comm of one rail: the leader
   size_t rails = comm_.rails();
-  if (rails > 1) rails = device.railHealth().carrying(rails, carrying);
+  if (rails > 1) rails = device.railHealth().carrying(rails, carrying, comm_.pathsDown());
   uint32_t count = planShares(total, rails, rdma_.stripeMinBytes(), segmentBytes, shares);
   uint32_t segments = 0;
   for (uint32_t i = 0; i < count; ++i) segments += shares[i].segments;

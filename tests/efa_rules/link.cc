@@ -106,10 +106,16 @@ class Links {
     }
     if (!controls_.file.empty() && now >= nextFileRead_) {
       nextFileRead_ = now + kFilePoll;
-      std::ifstream in(controls_.file);
-      std::stringstream text;
-      if (in) text << in.rdbuf();
-      fileMask_ = parseDownNics(text.str());
+      // The file speaks for every process; FILE.<pid>, where it exists, for that one alone (a
+      // peer's NIC that breaks while ours work).
+      fileMask_ = 0;
+      for (const std::string& path :
+           {controls_.file, controls_.file + "." + std::to_string(getpid())}) {
+        std::ifstream in(path);
+        std::stringstream text;
+        if (in) text << in.rdbuf();
+        fileMask_ |= parseDownNics(text.str());
+      }
     }
     return publishLocked();
   }

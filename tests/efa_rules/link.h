@@ -23,7 +23,8 @@ struct LinkSchedule {
 struct LinkControls {
   LinkSchedule ops;  // NNF_EFA_RULES_FAIL_AFTER_OPS: counted in transmit operations
   LinkSchedule ms;   // NNF_EFA_RULES_FAIL_AFTER_MS: counted in milliseconds
-  std::string file;  // NNF_EFA_RULES_FAIL_FILE: the NICs named in it are down
+  std::string file;  // NNF_EFA_RULES_FAIL_FILE: the NICs named in it are down (in FILE.<pid>:
+                     // down for that process only)
   bool any() const { return ops.nic >= 0 || ms.nic >= 0 || !file.empty(); }
 };
 

@@ -43,7 +43,10 @@ class LinkControl {
     env_.set("NNF_EFA_RULES_FAIL_FILE", path_);
     env_.set("NNF_SOFT_EFA_FAIL_FILE", path_);
   }
-  ~LinkControl() { std::remove(path_.c_str()); }
+  ~LinkControl() {
+    std::remove(path_.c_str());
+    for (long pid : perProcess_) std::remove((path_ + "." + std::to_string(pid)).c_str());
+  }
   // Takes the links of `nics` down ("1", "1,2"), or mends every link ("").
   void setDown(const char* nics) {
     FILE* file = std::fopen((path_ + ".new").c_str(), "w");
@@ -52,9 +55,21 @@ class LinkControl {
     ASSERT_EQ(std::fclose(file), 0);
     ASSERT_EQ(std::rename((path_ + ".new").c_str(), path_.c_str()), 0);
   }
+  // The same for process `pid` alone (the stand-in only: the software device's NICs are shared
+  // by the processes of a host). Called in a forked child: its parent's copy removes nothing.
+  void setDownFor(long pid, const char* nics) {
+    const std::string path = path_ + "." + std::to_string(pid);
+    FILE* file = std::fopen((path + ".new").c_str(), "w");
+    ASSERT_NE(file, nullptr);
+    if (*nics != '\0') std::fprintf(file, "%s\n", nics);
+    ASSERT_EQ(std::fclose(file), 0);
+    ASSERT_EQ(std::rename((path + ".new").c_str(), path.c_str()), 0);
+    perProcess_.push_back(pid);
+  }
 
  private:
   std::string path_;
+  std::vector<long> perProcess_;
   ScopedEnv env_;
 };
 
@@ -632,6 +647,146 @@ TEST(Failover, WindowsInFlightWhenTheLeaderBreaksArriveWhole) {
   auto senderDone = [&](Peer& peer) { report(peer, "sender"); };
   auto receiverDone = [&](Peer& peer) { report(peer, "receiver"); };
   runWindows(kWindows, kWindow, size_t{1} << 20, sizeOf, senderDone, receiverDone, posted);
+}
+
+// A peer's NIC breaks while ours work (a NIC, cable or switch port on its side: at thousands of
+// GPUs as likely as one on ours). The stand-in takes the receiver's NIC `rail` down in the
+// receiver's view only, so that the sender's writes to it fail as SRD reports an unresponsive
+// peer while a read through the sender's own NIC still works. The sender's device takes that one
+// path down, not the rail: its comm to the receiver moves data on the other rails (every byte
+// verified, the share in flight asked about and written again), its WARN names the path and
+// says the other peers keep the rail, it reports the full speed, and its comm to another peer
+// (itself, a pair in one process) still stripes over the rail. Then the receiver's NIC is mended:
+// the path's probe (a header-only control message to the peer over that rail) is delivered
+// within seconds, one INFO line says so, and the comm stripes over the rail again. Before paths
+// were told apart, the sender's rail went down for every peer (and the probe of its own NIC
+// brought it back only to fail again at the next write to the broken peer).
+void peerNicBreaks(int rail) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  if (onSoftEfa()) GTEST_SKIP() << "the software device's NICs are shared by the host's processes";
+  constexpr int kHealthy = 7;  // messages before the receiver's NIC breaks: the next is 1 KiB
+  constexpr int kMended = 13;  // messages before it is mended
+  constexpr int kMessages = 19;
+  constexpr int kStriped = 1 << 20;
+  const int kSizes[3] = {64 << 10, 1024, kStriped};
+  auto sizeOf = [&](int i) { return i < kMended ? kSizes[i % 3] : kStriped; };
+  LinkControl links("failover-peer-nic-" + std::to_string(rail));
+  const std::string down = std::to_string(rail);
+  const std::string nic =
+      "rail " + std::to_string(rail) + " (NIC " + efaRulesDomainName(rail) + ")";
+  auto sender = [&](Peer& peer) {
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    long receiverPid = 0;
+    ASSERT_TRUE(peer.channel->recvValue(&receiverPid));
+    // A second peer that keeps every NIC: this process itself.
+    Handle handle{};
+    void *listen, *selfSend, *selfRecv;
+    ASSERT_NO_FATAL_FAILURE(listenOn(peer, &handle, &listen));
+    ASSERT_NO_FATAL_FAILURE(connectLocal(peer, listen, &handle, &selfSend, &selfRecv));
+    HostBuffer buffer(size_t{1} << 20);
+    HostBuffer selfBuffer(size_t{2} << 20);
+    void *mh, *selfSendMh, *selfRecvMh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, comm, buffer.data(), buffer.size(), &mh));
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, selfSend, selfBuffer.data(), kStriped, &selfSendMh));
+    ASSERT_NO_FATAL_FAILURE(
+        regHost(peer, selfRecv, selfBuffer.data() + kStriped, kStriped, &selfRecvMh));
+    // Striped messages to ourselves while the receiver's NIC is down: every rail carries its share.
+    auto selfTrafficUsesEveryRail = [&]() {
+      constexpr int kSelfMessages = 4;
+      std::map<std::string, uint64_t> before = carriedByRail();
+      for (int m = 0; m < kSelfMessages; ++m) {
+        fillPattern(selfBuffer.data(), kStriped, 1000 + m);
+        void *recvRequest, *sendRequest;
+        ASSERT_NO_FATAL_FAILURE(postRecv(peer, selfRecv, selfBuffer.data() + kStriped, kStriped,
+                                         kTag, selfRecvMh, &recvRequest));
+        ASSERT_NO_FATAL_FAILURE(
+            postSend(peer, selfSend, selfBuffer.data(), kStriped, kTag, selfSendMh, &sendRequest));
+        std::vector<int> sizes;
+        ASSERT_NO_FATAL_FAILURE(waitAll(peer, {recvRequest, sendRequest}, &sizes));
+        EXPECT_EQ(sizes[0], kStriped);
+        EXPECT_TRUE(verifyPattern(selfBuffer.data() + kStriped, kStriped, 1000 + m));
+      }
+      EXPECT_TRUE(everyRailCarried(before, carriedByRail(), uint64_t{kStriped} * kSelfMessages))
+          << "another peer lost the rail";
+    };
+    std::map<std::string, uint64_t> beforeMended;
+    for (int i = 0; i < kMessages; ++i) {
+      if (i == kHealthy) {
+        ASSERT_NO_FATAL_FAILURE(links.setDownFor(receiverPid, down.c_str()));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (i == kMended) {
+        // The path broke and our rail did not: named once as a path, the speed kept.
+        int pathWarnings = 0, railWarnings = 0;
+        for (const std::string& text : peer.warningTexts()) {
+          pathWarnings += text.find(nic) != std::string::npos &&
+                          text.find("path to the peer at") != std::string::npos;
+          railWarnings += text.find("moves data on") != std::string::npos;
+        }
+        EXPECT_EQ(pathWarnings, 1) << "the broken path is named once";
+        EXPECT_EQ(railWarnings, 0) << "our healthy NIC was blamed";
+        EXPECT_EQ(reportedSpeed(peer), peer.props.speed);
+        ASSERT_NO_FATAL_FAILURE(selfTrafficUsesEveryRail());
+        ASSERT_NO_FATAL_FAILURE(links.setDownFor(receiverPid, ""));
+        auto mended = std::chrono::steady_clock::now();
+        // Our keeper probes the path: nobody needs to call the plugin meanwhile. Only a hang is
+        // bounded here (the machine's load sets the time; it is printed).
+        const std::string back = nic + " to the peer at";
+        auto rejoined = [&]() {
+          int count = 0;
+          for (const std::string& line : peer.infoTexts()) {
+            count += line.find(back) != std::string::npos &&
+                     line.find("works again") != std::string::npos;
+          }
+          return count;
+        };
+        while (rejoined() == 0 &&
+               std::chrono::steady_clock::now() - mended < std::chrono::seconds(60)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - mended).count();
+        ASSERT_EQ(rejoined(), 1) << "not back after " << seconds << " s";
+        std::printf("[ path     ] rail %d's path rejoined %.2f s after the peer's NIC was mended\n",
+                    rail, seconds);
+        beforeMended = carriedByRail();
+      }
+      ASSERT_NO_FATAL_FAILURE(sendOneAndWait(peer, comm, buffer.data(), sizeOf(i), mh, i));
+    }
+    EXPECT_TRUE(
+        everyRailCarried(beforeMended, carriedByRail(), uint64_t{kStriped} * (kMessages - kMended)))
+        << "the mended path carries nothing";
+    dereg(peer, selfSend, selfSendMh);
+    dereg(peer, selfRecv, selfRecvMh);
+    dereg(peer, comm, mh);
+    closeSend(peer, selfSend);
+    closeRecv(peer, selfRecv);
+    closeListen(peer, listen);
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    ASSERT_TRUE(peer.channel->sendValue(static_cast<long>(getpid())));
+    ASSERT_NO_FATAL_FAILURE(receiveEachAndVerify(peer, comm, kMessages, sizeOf));
+    // The share in flight when the NIC broke, and no later one: they left the path out.
+    EXPECT_EQ(sharesWrittenAgain(peer), 1);
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 180);
+}
+
+TEST(Failover, APeersBrokenNicLeavesTheRailToEveryOtherPeer) {
+  peerNicBreaks(1);
+}
+
+// The same with the peer's leader NIC: the comm's control messages and own writes to that peer
+// go on its other rails, while the leader keeps carrying everything else.
+TEST(Failover, APeersBrokenLeaderNicLeavesTheLeaderToEveryOtherPeer) {
+  peerNicBreaks(0);
 }
 
 }  // namespace

@@ -1,0 +1,40 @@
+// Probes the broken paths of a device (core/path_health.h): a control message of a header only,
+// addressed to no comm (id 0, which no comm has), sent on the path's rail to the peer's control
+// endpoint there. Its peer drops it (a TRACE line); its send completes once the peer's NIC took
+// it (efa: the SRD acknowledgement), so success says that the path carries operations again,
+// both NICs and the links between them included: what a read through our own NIC cannot see.
+#pragma once
+
+#include <cstddef>
+
+#include "core/control_arena.h"
+#include "core/operation.h"
+#include "core/path_health.h"
+
+namespace nnf::core {
+
+class Device;
+
+class PathProbe final : private OperationOwner {
+ public:
+  explicit PathProbe(Device& device) : device_(device) {}
+  ~PathProbe();
+  PathProbe(const PathProbe&) = delete;
+  PathProbe& operator=(const PathProbe&) = delete;
+
+  // Posts the probe of path `index` (device lock held); its end comes to
+  // Device::onPathProbeEnded. False when it could not be posted (logged where it failed).
+  bool post(int index, size_t rail, fi_addr_t peer);
+  bool owns(const Operation& op) const { return op.owner == this; }
+
+ private:
+  void onComplete(Operation& op, size_t length) override;
+  void onError(Operation& op, int error, size_t overflow, const char* text) override;
+  int indexOf(const Operation& op) const { return static_cast<int>(&op - ops_); }
+
+  Device& device_;
+  ControlSlot header_;  // the message, written once (taken at the first probe)
+  Operation ops_[PathHealth::kMaxPaths];
+};
+
+}  // namespace nnf::core

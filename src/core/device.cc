@@ -261,6 +261,8 @@ int Device::speedWith(size_t rails) const {
 uint64_t Device::probeRails() {
   uint64_t now = nowNs();
   uint64_t wait = std::min(releaseStrandedWhenDue(now), probePaths(now));
+  // A read asking whether our NIC or a path broke is in flight: its answer is read soon.
+  if (classifying_ != 0) wait = 0;
   if (railProbe_ == nullptr || railHealth_.allUp()) return wait;
   // A rail whose probe's operation asks about a path (classifying_) is probed after it.
   for (int rail = railHealth_.takeDueProbe(now, classifying_); rail >= 0;

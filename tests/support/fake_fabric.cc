@@ -218,6 +218,11 @@ void FakeFabric::advanceClock() {
   clockNs_ += 1 + clockRandom_() % std::max<uint64_t>(options_.tickNs, 1);
 }
 
+bool FakeFabric::nicDown(const FakeEngine* engine, size_t rail) const {
+  return engine != nullptr && engine->id() < downNics_.size() &&
+         (downNics_[engine->id()] >> rail & 1u) != 0;
+}
+
 void FakeFabric::land(uint32_t index) {
   Transfer& transfer = transfers_[index];
   transfer.landed = true;
@@ -225,8 +230,10 @@ void FakeFabric::land(uint32_t index) {
     transfer.delivered = true;
     return;
   }
-  if (downRails_ != 0 && transfer.owes &&
-      ((downRails_ >> transfer.sourceRail | downRails_ >> transfer.targetRail) & 1u) != 0) {
+  if (transfer.owes &&
+      (((downRails_ >> transfer.sourceRail | downRails_ >> transfer.targetRail) & 1u) != 0 ||
+       nicDown(transfer.source, transfer.sourceRail) ||
+       nicDown(transfer.target, transfer.targetRail))) {
     transfer.failed = true;
     ++stats_.failed;
     if (transfer.kind == Kind::kRead) ++stats_.failedReads;

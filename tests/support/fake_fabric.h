@@ -156,6 +156,17 @@ class FakeFabric {
     downRails_ |= 1u << rail;
     landedOneIn_ = landedOneIn;
   }
+  // Rail `rail` of engine `engine` alone goes down (one device's NIC: a peer's NIC as the other
+  // devices see it): what lands from now on from or to it fails as above; a read of the other
+  // devices from themselves still works.
+  void failNic(size_t engine, size_t rail, uint32_t landedOneIn) {
+    if (downNics_.size() <= engine) downNics_.resize(engine + 1, 0);
+    downNics_[engine] |= 1u << rail;
+    landedOneIn_ = landedOneIn;
+  }
+  void restoreNic(size_t engine, size_t rail) {
+    if (engine < downNics_.size()) downNics_[engine] &= ~(1u << rail);
+  }
   // Rail `rail` works again: what lands over it from now on lands.
   void restoreRail(size_t rail) {
     downRails_ &= ~(1u << rail);
@@ -236,6 +247,7 @@ class FakeFabric {
   void schedule(uint32_t index);
   void scheduleCompletion(uint32_t index);
   void land(uint32_t index);
+  bool nicDown(const FakeEngine* engine, size_t rail) const;
   void finish(uint32_t index);
   void release(uint32_t index);
   void landWrite(Transfer& transfer);
@@ -265,8 +277,9 @@ class FakeFabric {
   bool pumping_ = false;
   std::function<void(uint64_t, size_t)> writeObserver_;
   std::function<void(uint64_t)> failedWriteObserver_;
-  uint32_t downRails_ = 0;  // bit r: rail r failed (failRail)
-  int restoredRail_ = -1;   // the rail restoreRail brought back last
+  uint32_t downRails_ = 0;          // bit r: rail r failed (failRail)
+  std::vector<uint32_t> downNics_;  // per engine id, bit r: its rail r failed (failNic)
+  int restoredRail_ = -1;           // the rail restoreRail brought back last
   uint32_t landedOneIn_ = 0;
   FakeStats stats_;
 };

@@ -234,6 +234,46 @@ TEST(RdmaFailoverOverFakeFabric, TheLeaderFailingMidRunLosesAndDoublesNothing) {
   EXPECT_GT(total.failedLanded, 0u);
 }
 
+// A peer's NIC fails (issue 27, docs/failover.md "Path health"): the receiving device's NIC of a
+// rail (the leader on every other seed) fails at a random point of a mixed run, 20 runs of 2 and
+// 4 rails, a quarter of what it fails landed all the same. The sending device's own NIC works (a
+// read through it to itself succeeds), so it takes the path to the receiver down, not its rail:
+// its comms move on the others, and its rails all stay up. Every message lands once, whole; the
+// sender names the path once (the receiver names its own NIC, once, if it used it).
+TEST(RdmaFailoverOverFakeFabric, APeersNicFailingMidRunBreaksOnePathAndLosesNothing) {
+  constexpr int kSeeds = 20;
+  uint64_t failed = 0, pathsBroken = 0;
+  const uint64_t first = firstSeed(121);
+  for (uint64_t seed = first; seed < first + kSeeds; ++seed) {
+    const bool leader = seed % 4 < 2;
+    FailoverRun run(seed, nullptr, leader);
+    ASSERT_TRUE(run.connected());
+    const uint64_t messages = messagesToRun() / kSeeds;
+    const uint64_t failAt = messages / 5 + run.pick()() % (messages * 3 / 5);
+    bool nicFailed = false;
+    run.drive(messages, /*largePerMille=*/40, false, 64, [&](uint64_t ended) {
+      if (nicFailed || ended < failAt) return;
+      run.fabric().failNic(run.fake().engine(1).id(), run.failing(), 4);
+      nicFailed = true;
+    });
+    if (HasFatalFailure()) return;
+    EXPECT_TRUE(nicFailed);
+    {
+      core::Device& sender = run.fake().device(0);
+      std::lock_guard<fabric::DomainLock> lock(sender.domainLock());
+      EXPECT_TRUE(sender.railHealth().allUp()) << "the sender's healthy NIC was taken down";
+      EXPECT_EQ(sender.pathHealth().downCount(), 1u) << "one path, to the receiver, is down";
+      pathsBroken += sender.pathHealth().downCount();
+    }
+    run.expectEveryMessageOnce(1, 2);
+    failed += run.fabric().stats().failed;
+  }
+  printf("[ failover ] %d seeds, a peer's NIC failing: %llu operations failed, %llu paths broken\n",
+         kSeeds, static_cast<unsigned long long>(failed),
+         static_cast<unsigned long long>(pathsBroken));
+  EXPECT_GT(failed, 0u);
+}
+
 // How `request` ended (test()'s result), both devices progressing meanwhile; kInProgress when it
 // did not end within a bound no healthy run comes near.
 abi::Result endOf(FakePlugin& fake, core::Request* request) {

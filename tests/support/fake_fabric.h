@@ -25,7 +25,9 @@
 //     lost, and the target reads it at its next progress, after what is queued already: after a
 //     message that came later on the leader) and completes with efa's FI_ECONNABORTED, as SRD
 //     reports an unresponsive remote; reads too (the devices' rail probes). It may come back
-//     (FakeFabric::restoreRail).
+//     (FakeFabric::restoreRail). One device's NIC of a rail may fail alone (FakeFabric::failNic:
+//     a peer's NIC, as the other devices see it), with the same effects on what it sends or is
+//     sent, while the other devices' reads of themselves still work.
 // A tick is one progress() call of any engine on the fabric: landings need no progress of the
 // target (as on an RDMA NIC); its completions wait in its queue until it progresses. Every misuse
 // detected (an unknown key, a range outside its registration, a missing descriptor where the

@@ -283,7 +283,7 @@ table() {
     rdma_failover_test 'RdmaFailover*' -
   # Rail rejoin (issue 27): a down rail is probed and carries data again once a probe succeeds.
   mutant rail-never-probed src/core/rail_health.cc \
-    '  if (probeIntervalNs_ == 0 || allUp()) return -1;' '  return -1;' \
+    '  if (allUp()) return -1;' '  return -1;' \
     rdma_failover_test 'RdmaFailover*ComesBack*' -
   mutant rail-probe-error-ignored src/core/device.cc \
     '  if (error != 0) {' '  if (false) {' \
@@ -295,10 +295,10 @@ table() {
   # Eager messages on a failed rail (issue 27): asked about by entry and generation, written
   # again, and taken once however often they land.
   mutant eager-recovery-off src/protocol/rdma_send_recovery.cc \
-    '  if (!data && imm.kind != ImmKind::kEager) return false;' '  if (!data) return false;' \
+    'if (!eager && (imm.kind != ImmKind::kData ||' 'if (eager || (imm.kind != ImmKind::kData ||' \
     rdma_failover_test 'RdmaFailover*' -
   mutant eager-recovery-off-softefa src/protocol/rdma_send_recovery.cc \
-    '  if (!data && imm.kind != ImmKind::kEager) return false;' '  if (!data) return false;' \
+    'if (!eager && (imm.kind != ImmKind::kData ||' 'if (eager || (imm.kind != ImmKind::kData ||' \
     failover_test 'Failover.EagerMessagesInFlight*' NNF_TEST_PROVIDER=softefa+rdma+2rails
   mutant recovery-second-failure-fails src/protocol/rdma_send_recovery.cc \
     '  if (!eager && sharesItsRail(op)) return false;' \

@@ -376,6 +376,12 @@ TEST(RdmaFailoverOverFakeFabric, ARailThatComesBackCarriesDataAgain) {
       } else if (phase == 1 && ended >= restoreAt) {
         EXPECT_NE(run.fake().device(0).railHealth().state(failing), core::RailState::kUp)
             << "the rail rejoined while it was down";
+        // Never up in between either: a rail that rejoined by a failed probe goes down again at
+        // its next write, a second failure.
+        for (int index = 0; index < 2; ++index) {
+          EXPECT_LE(run.fake().device(index).railHealth().failures(failing), 1u)
+              << "device " << index << ": the rail rejoined while it was down";
+        }
         writesBeforeRestore = run.fabric().stats().writesByRail[failing];
         run.fabric().restoreRail(failing);
         phase = 2;

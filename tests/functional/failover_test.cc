@@ -200,6 +200,16 @@ void runOneAtATime(int count, const std::function<int(int)>& sizeOf,
   runTwoProcesses(sender, receiver, 180);
 }
 
+// Seconds until `happened()` holds, looked at every 5 ms. Only a hang is bounded (60 s): the
+// machine's load sets the time, which callers print rather than assert.
+double secondsUntil(const std::function<bool()>& happened) {
+  auto start = std::chrono::steady_clock::now();
+  while (!happened() && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // The speed the device reports now: what communicators built from now on hear.
 int reportedSpeed(Peer& peer) {
   abi::PropertiesV8 now{};
@@ -348,16 +358,9 @@ void linkMendedCarriesDataAgain(int rail) {
     }
     if (i == kMended) {
       ASSERT_NO_FATAL_FAILURE(links.setDown(""));
-      auto mended = std::chrono::steady_clock::now();
-      // The device's own thread probes: nobody needs to call the plugin meanwhile.
-      // Wall time is the machine's: it is reported, and only a hang is bounded (the probe's
-      // own timing is bounded in fake time by RdmaFailoverOverFakeFabric).
-      while (infoLinesWith(peer, nic + " works again") == 0 &&
-             std::chrono::steady_clock::now() - mended < std::chrono::seconds(60)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - mended).count();
+      // The device's own thread probes: nobody needs to call the plugin meanwhile. (The probe's
+      // own timing is bounded in fake time by RdmaFailoverOverFakeFabric.)
+      double seconds = secondsUntil([&] { return infoLinesWith(peer, nic + " works again") > 0; });
       ASSERT_EQ(infoLinesWith(peer, nic + " works again"), 1)
           << "not back after " << seconds << " s";
       std::printf("[ mended  ] rail %d rejoined %.2f s after its link was mended\n", rail, seconds);
@@ -444,11 +447,7 @@ TEST(Failover, ANicDownBeforeItsFirstWriteRejoinsWhenMended) {
   auto beforeSend = [&](Peer& peer, int i) {
     if (i != kMended) return;
     ASSERT_NO_FATAL_FAILURE(links.setDown(""));
-    auto mended = std::chrono::steady_clock::now();
-    while (infoLinesWith(peer, rejoined) == 0 &&
-           std::chrono::steady_clock::now() - mended < std::chrono::seconds(60)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    secondsUntil([&] { return infoLinesWith(peer, rejoined) > 0; });
     ASSERT_EQ(infoLinesWith(peer, rejoined), 1) << "the rail did not rejoin";
     if (!onSoftEfa()) beforeMended = carriedByRail();
   };
@@ -730,9 +729,7 @@ void peerNicBreaks(int rail) {
         EXPECT_EQ(reportedSpeed(peer), peer.props.speed);
         ASSERT_NO_FATAL_FAILURE(selfTrafficUsesEveryRail());
         ASSERT_NO_FATAL_FAILURE(links.setDownFor(receiverPid, ""));
-        auto mended = std::chrono::steady_clock::now();
-        // Our keeper probes the path: nobody needs to call the plugin meanwhile. Only a hang is
-        // bounded here (the machine's load sets the time; it is printed).
+        // Our keeper probes the path: nobody needs to call the plugin meanwhile.
         const std::string back = nic + " to the peer at";
         auto rejoined = [&]() {
           int count = 0;
@@ -742,12 +739,7 @@ void peerNicBreaks(int rail) {
           }
           return count;
         };
-        while (rejoined() == 0 &&
-               std::chrono::steady_clock::now() - mended < std::chrono::seconds(60)) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-        double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - mended).count();
+        double seconds = secondsUntil([&] { return rejoined() > 0; });
         ASSERT_EQ(rejoined(), 1) << "not back after " << seconds << " s";
         std::printf("[ path     ] rail %d's path rejoined %.2f s after the peer's NIC was mended\n",
                     rail, seconds);

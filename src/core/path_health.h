@@ -24,7 +24,7 @@ class PathHealth {
   // Broken paths a device keeps at once: beyond them a path's failure takes its rail down as a
   // whole (as without per-path health).
   static constexpr size_t kMaxPaths = 64;
-  static constexpr size_t kWhatBytes = 192;
+  static constexpr size_t kWhatBytes = 320;  // as onTransferError writes it
 
   struct Path {
     bool used = false;

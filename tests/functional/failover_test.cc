@@ -55,8 +55,8 @@ class LinkControl {
     ASSERT_EQ(std::fclose(file), 0);
     ASSERT_EQ(std::rename((path_ + ".new").c_str(), path_.c_str()), 0);
   }
-  // The same for process `pid` alone (the stand-in only: the software device's NICs are shared
-  // by the processes of a host). Called in a forked child: its parent's copy removes nothing.
+  // The same for process `pid` alone: its NICs as its peers see them (a peer host's NIC), while
+  // the other processes keep theirs. Called in a forked child: its parent's copy removes nothing.
   void setDownFor(long pid, const char* nics) {
     const std::string path = path_ + "." + std::to_string(pid);
     FILE* file = std::fopen((path + ".new").c_str(), "w");
@@ -663,7 +663,6 @@ TEST(Failover, WindowsInFlightWhenTheLeaderBreaksArriveWhole) {
 void peerNicBreaks(int rail) {
   REQUIRE_RAILS();
   if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
-  if (onSoftEfa()) GTEST_SKIP() << "the software device's NICs are shared by the host's processes";
   constexpr int kHealthy = 7;  // messages before the receiver's NIC breaks: the next is 1 KiB
   constexpr int kMended = 13;  // messages before it is mended
   constexpr int kMessages = 19;
@@ -727,7 +726,11 @@ void peerNicBreaks(int rail) {
         EXPECT_EQ(pathWarnings, 1) << "the broken path is named once";
         EXPECT_EQ(railWarnings, 0) << "our healthy NIC was blamed";
         EXPECT_EQ(reportedSpeed(peer), peer.props.speed);
-        ASSERT_NO_FATAL_FAILURE(selfTrafficUsesEveryRail());
+        // The real efa provider refuses RMA writes to its own endpoint ("Operation not
+        // supported"): the second peer is the stand-in's.
+        if (!onSoftEfa()) {
+          ASSERT_NO_FATAL_FAILURE(selfTrafficUsesEveryRail());
+        }
         ASSERT_NO_FATAL_FAILURE(links.setDownFor(receiverPid, ""));
         // Our keeper probes the path: nobody needs to call the plugin meanwhile.
         const std::string back = nic + " to the peer at";

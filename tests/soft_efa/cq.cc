@@ -51,6 +51,9 @@ int startPoll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
   if (attr->comp_mask != 0) return EINVAL;  // as rdma-core's efa
   Process& proc = process();
   std::lock_guard<std::recursive_mutex> guard(proc.mutex);
+  // A process that only waits still publishes its links' changes: a NIC's link does not wait
+  // for its host to send (its peers' operations to it fail meanwhile).
+  refreshLinks();
   progress(proc);
   return popCurrent(cqOf(ex));
 }

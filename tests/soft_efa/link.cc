@@ -1,6 +1,9 @@
 // Links that go down in the middle of a run and come back (config.h: NNF_SOFT_EFA_FAIL_AFTER_OPS,
 // _FAIL_AFTER_MS, _FAIL_FILE). A device's link is down while any process of the namespace says
-// so (Registry::linkDownVotes: the processes share the NICs, as the ranks of a host do). Then,
+// so (Registry::linkDownVotes: the processes share the NICs, as the ranks of a host do); the
+// NICs that FILE.<pid> names are down for that process alone, as a peer host's NIC is for the
+// processes that talk to it (LinkVoter::ownSlots: its own operations on them and those
+// addressed to its queue pairs there fail, the others' do not). Then,
 // as SRD reports a peer that stops answering, every send-queue operation of a queue pair on that
 // device, or addressed to a queue pair on it, completes with "unresponsive remote" (13, which
 // libfabric's efa provider turns into FI_EFA_ERR_ESTABLISHED_RECV_UNRESP where the peer's
@@ -30,9 +33,11 @@ struct LinkState {
   bool opsDown = false, opsDone = false;
   bool msStarted = false, msDown = false, msDone = false;
   uint64_t msFirstNs = 0, msDownAtNs = 0;
-  uint32_t fileMask = 0;  // NICs (this process's device indexes) the control file names
+  uint32_t fileMask = 0;     // NICs (this process's device indexes) the control file names
+  uint32_t ownFileMask = 0;  // those FILE.<pid> names: down for this process alone
   uint64_t nextFileReadNs = 0;
-  uint32_t voted = 0;  // registry device slots this process votes down
+  uint32_t voted = 0;     // registry device slots this process votes down
+  uint32_t ownVoted = 0;  // registry device slots down for this process alone
   // Per local device slot: the device slots a completion came back from (SRD: responsive).
   uint32_t reached[kMaxDevices] = {};
 };
@@ -65,10 +70,11 @@ uint32_t parseNics(const std::string& text) {
   return mask;
 }
 
-// This process's votes become `slots` (from `voted`): the counts of the slots that changed, and
-// its entry in the registry's voters (freed when it votes nothing down), under one lock so that
-// dropVotesOfEndedProcesses never sees one without the other.
-void vote(Registry& reg, uint32_t voted, uint32_t slots) {
+// This process's votes become `slots` (from `voted`) and its own down slots `ownSlots`: the
+// counts of the slots that changed, and its entry in the registry's voters (freed when it votes
+// nothing down), under one lock so that dropVotesOfEndedProcesses never sees one without the
+// other.
+void vote(Registry& reg, uint32_t voted, uint32_t slots, uint32_t ownSlots) {
   const int32_t pid = static_cast<int32_t>(getpid());
   LockGuard guard(reg.lock);
   LinkVoter* entry = nullptr;
@@ -83,8 +89,15 @@ void vote(Registry& reg, uint32_t voted, uint32_t slots) {
     std::fprintf(stderr, "soft-efa %d: no room to record link votes\n", static_cast<int>(pid));
     std::abort();  // a test device: a vote that could linger would fail later tests unseen
   }
-  entry->pid = slots != 0 ? pid : 0;
+  if ((entry->ownSlots != 0) != (ownSlots != 0)) {
+    if (ownSlots != 0)
+      reg.ownDownVoters.fetch_add(1, std::memory_order_acq_rel);
+    else
+      reg.ownDownVoters.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  entry->pid = (slots | ownSlots) != 0 ? pid : 0;
   entry->slots = slots;
+  entry->ownSlots = ownSlots;
   for (uint32_t slot = 0; slot < kMaxDevices; ++slot) {
     uint32_t bit = 1u << slot;
     if (!((slots ^ voted) & bit)) continue;
@@ -128,21 +141,38 @@ void refresh(LinkState& links, bool posting) {
   }
   if (!cfg.failFile.empty() && now >= links.nextFileReadNs) {
     links.nextFileReadNs = now + kFileReadIntervalNs;
-    std::ifstream in(cfg.failFile);
-    std::stringstream text;
-    if (in) text << in.rdbuf();
-    links.fileMask = parseNics(text.str());
+    auto read = [](const std::string& path) {
+      std::ifstream in(path);
+      std::stringstream text;
+      if (in) text << in.rdbuf();
+      return parseNics(text.str());
+    };
+    links.fileMask = read(cfg.failFile);
+    links.ownFileMask = read(cfg.failFile + "." + std::to_string(getpid()));
   }
   uint32_t nics = links.fileMask;
   if (links.opsDown) nics |= 1u << cfg.failAfterOps.nic;
   if (links.msDown) nics |= 1u << ms.nic;
-  uint32_t slots = 0;
+  uint32_t slots = 0, ownSlots = 0;
   const std::vector<Device*>& list = devices();
-  for (size_t n = 0; n < list.size(); ++n)
+  for (size_t n = 0; n < list.size(); ++n) {
     if (nics & (1u << n)) slots |= 1u << list[n]->slot;
-  if (slots == links.voted) return;
-  vote(registry(), links.voted, slots);
+    if (links.ownFileMask & (1u << n)) ownSlots |= 1u << list[n]->slot;
+  }
+  if (slots == links.voted && ownSlots == links.ownVoted) return;
+  if (ownSlots != links.ownVoted) {
+    for (uint32_t slot = 0; slot < kMaxDevices; ++slot) {
+      uint32_t bit = 1u << slot;
+      if (!((ownSlots ^ links.ownVoted) & bit)) continue;
+      const Device* device = deviceBySlot(slot);
+      std::fprintf(stderr, "soft-efa %d: %s link %s for this process alone\n",
+                   static_cast<int>(getpid()), device != nullptr ? device->ibv.name : "?",
+                   (ownSlots & bit) ? "down" : "up again");
+    }
+  }
+  vote(registry(), links.voted, slots, ownSlots);
   links.voted = slots;
+  links.ownVoted = ownSlots;
 }
 
 }  // namespace
@@ -159,7 +189,8 @@ void dropVotesOfEndedProcesses() {
     }
     std::fprintf(stderr, "soft-efa %d: dropped the link votes of ended process %d\n",
                  static_cast<int>(getpid()), static_cast<int>(voter.pid));
-    voter = LinkVoter{0, 0};
+    if (voter.ownSlots != 0) reg.ownDownVoters.fetch_sub(1, std::memory_order_acq_rel);
+    voter = LinkVoter{0, 0, 0, 0};
   }
 }
 
@@ -169,7 +200,28 @@ bool slotDown(uint32_t slot) {
   return slot < kMaxDevices && registry().linkDownVotes[slot].load(std::memory_order_acquire) > 0;
 }
 
+// Whether queue pair `qpn` of device slot `slot` belongs to a process that sees that NIC down for
+// itself alone (LinkVoter::ownSlots).
+bool ownerSeesDown(uint32_t slot, uint32_t qpn) {
+  Registry& reg = registry();
+  if (slot >= kMaxDevices || qpn >= kMaxQp ||
+      reg.ownDownVoters.load(std::memory_order_acquire) == 0) {
+    return false;
+  }
+  LockGuard guard(reg.lock);
+  int32_t owner = reg.qps[slot][qpn].pid;
+  if (owner == 0) return false;
+  for (const LinkVoter& voter : reg.linkVoters) {
+    if (voter.pid == owner) return (voter.ownSlots >> slot & 1u) != 0;
+  }
+  return false;
+}
+
 }  // namespace
+
+void refreshLinks() {
+  refresh(state(), false);
+}
 
 void noteLinkPost(const Qp& qp) {
   if (!controlled()) return;
@@ -195,7 +247,9 @@ uint32_t linkFailure(const Qp& qp, const SendWqe& wqe, bool posting) {
   refresh(links, posting);
   uint32_t local = qp.ctx->device->slot;
   uint32_t target = static_cast<uint32_t>(wqe.ah->target);
-  if (!slotDown(local) && !slotDown(target)) return kOk;
+  bool down = slotDown(local) || slotDown(target) || (links.ownVoted >> local & 1u) != 0 ||
+              ownerSeesDown(target, wqe.remoteQpn);
+  if (!down) return kOk;
   return (links.reached[local] & (1u << target)) ? kLocalUnresponsiveRemote
                                                  : kLocalUnreachableRemote;
 }

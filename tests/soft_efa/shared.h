@@ -79,6 +79,10 @@ constexpr uint32_t kMaxFiles = 4096;
 struct LinkVoter {
   int32_t pid;     // 0: free
   uint32_t slots;  // the device slots it votes down (bit per slot)
+  // The device slots down for this process alone (its own NIC as its peers see it, while the
+  // host's other processes keep theirs: a peer host's NIC, in a test of one host).
+  uint32_t ownSlots;
+  uint32_t pad;
 };
 
 constexpr uint32_t kMaxLinkVoters = 256;
@@ -99,6 +103,8 @@ struct Registry {
   // Who votes which slots down (under lock): a process that ends without taking its votes back
   // (a test's peer exits with the link down) loses them when the next process opens a device.
   LinkVoter linkVoters[kMaxLinkVoters];
+  // Voters whose ownSlots are not empty (0: no process sees a NIC down for itself alone).
+  std::atomic<uint32_t> ownDownVoters;
 };
 
 // One posted receive.

@@ -200,6 +200,8 @@ void onPolled(Process& proc, const Cq& cq, const Cqe& cqe);
 void noteLinkPost(const Qp& qp);
 uint32_t linkFailure(const Qp& qp, const SendWqe& wqe, bool posting);
 void noteLinkSuccess(const Qp& qp, const SendWqe& wqe);
+// This process's view of its links brought up to date and published (where it polls).
+void refreshLinks();
 // Takes back the link votes of processes that ended (at each device's opening, without
 // proc.mutex): they would keep a link down for every later process.
 void dropVotesOfEndedProcesses();

@@ -262,9 +262,13 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   // peer, and our own NIC is asked at once (classifyRail) whether the rail broke as a whole.
   void pathBroke(size_t rail, const Operation& op, const char* what);
   void classifyRail(size_t rail);
+  // The same where our NIC is known to work (its read succeeded): the path goes down and is named.
+  void pathBrokeBeyondOurNic(size_t rail, fi_addr_t peer, const char* what);
   // The classifying read of rail `rail` ended: our NIC works (the paths broke beyond it: each is
   // named) or not (the rail goes down).
   void onClassified(size_t rail, int error);
+  // One WARN for each path of `rail` that broke and was not named yet (an INFO if it broke before).
+  void nameBrokenPaths(size_t rail);
   // Every data comm's cached mask of broken paths, after a path changed.
   void refreshPathMasks();
   // Posts the probes of broken paths that are due; how long until the next is (UINT64_MAX: none).
@@ -306,7 +310,9 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   wire::RailAddresses railAddresses_{};
   RailHealth railHealth_;
   PathHealth paths_;
-  uint32_t classifying_ = 0;         // bit r: rail r's probe asks whether our NIC or a path broke
+  uint32_t classifying_ = 0;  // bit r: rail r's probe asks whether our NIC or a path broke
+  // An endpoint error of rail r (efa's failed handshake), for the WARN of the paths it broke.
+  char endpointWhat_[memory::kMaxRails][PathHealth::kWhatBytes] = {};
   int fullSpeedMbps_ = 0;            // the speed with every rail up
   uint32_t railErrorsReported_ = 0;  // bit r: rail r's first failure was named (one WARN a rail)
   uint32_t endpointErrorsReported_ = 0;  // bit r: an endpoint error of rail r was named

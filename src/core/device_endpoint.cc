@@ -30,7 +30,15 @@ void Device::onEndpointError(size_t rail, int error, const char* text) {
   if (railCount_ > 1 && rail != 0 && RailHealth::isPathFailure(error)) {
     char what[320];
     snprintf(what, sizeof(what), "reported an endpoint error: %s", text);
-    railPathBroke(rail, what);
+    if (pathProbe_ != nullptr && railHealth_.state(rail) == RailState::kUp) {
+      // Which peer's handshake failed, efa does not say: the writes still held once the grace
+      // is over tell (releaseStranded). Meanwhile our NIC is asked: when it fails too, the rail
+      // goes down as before.
+      snprintf(endpointWhat_[rail], sizeof(endpointWhat_[rail]), "%s", what);
+      classifyRail(rail);
+    } else {
+      railPathBroke(rail, what);
+    }
     if (strandedDueNs_[rail] == 0) strandedDueNs_[rail] = nowNs() + kStrandedGraceNs;
     if (keeper_ != nullptr) keeper_->wake();
     return;
@@ -62,6 +70,13 @@ void Device::releaseStranded(size_t rail) {
   // stranded here, with the leader down too, stay so (two NICs failing; not taken back).
   std::vector<Operation*> stranded;
   std::vector<fi_addr_t> peers;
+  // A path probe whose handshake failed is never completed either: it fails, and is probed again.
+  if (pathProbe_ != nullptr) {
+    pathProbe_->forEachInFlightOn(rail, [&](Operation& op) {
+      stranded.push_back(&op);
+      if (std::find(peers.begin(), peers.end(), op.peer) == peers.end()) peers.push_back(op.peer);
+    });
+  }
   for (auto& entry : comms_) {
     Comm& comm = *entry.second;
     // The net ABI's comms (the RMA layer's groups keep their own operations: what efa stranded
@@ -78,6 +93,12 @@ void Device::releaseStranded(size_t rail) {
            "its endpoint failed: taken back and sent again on the rails left",
            index_, stranded.size(), peers.size(), rail, railName(rail),
            static_cast<unsigned long long>(kStrandedGraceNs / 1000000));
+  // Our NIC works (the rail is still up after its read): the handshakes of these peers failed
+  // beyond it, and their paths go down instead of the rail, before their writes fail and go
+  // again on the rails their comms may still use.
+  if (railHealth_.state(rail) == RailState::kUp) {
+    for (fi_addr_t peer : peers) pathBrokeBeyondOurNic(rail, peer, endpointWhat_[rail]);
+  }
   // Removing the peer makes the provider drop what it holds for it without a completion (efa),
   // so that none can come for an operation that is sent again, or reused. A peer the provider
   // would not forget keeps its writes.

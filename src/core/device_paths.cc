@@ -54,6 +54,22 @@ void Device::pathBroke(size_t rail, const Operation& op, const char* what) {
   classifyRail(rail);
 }
 
+void Device::pathBrokeBeyondOurNic(size_t rail, fi_addr_t peer, const char* what) {
+  int index = -1;
+  switch (paths_.markDown(rail, peer, nowNs(), what, &index)) {
+    case PathHealth::Marked::kAlready:
+      return;
+    case PathHealth::Marked::kNoRoom:
+      railPathBroke(rail, what);
+      return;
+    case PathHealth::Marked::kNow:
+      break;
+  }
+  refreshPathMasks();
+  nameBrokenPaths(rail);
+  if (keeper_ != nullptr) keeper_->wake();  // it probes the path when due
+}
+
 void Device::classifyRail(size_t rail) {
   uint32_t bit = 1u << rail;
   if ((classifying_ & bit) != 0) return;  // the read in flight answers for this path too
@@ -67,13 +83,21 @@ void Device::onClassified(size_t rail, int error) {
   if (railHealth_.state(rail) != RailState::kUp) return;  // went down meanwhile: probed as such
   const bool ourNicFailed = error != 0;
   if (ourNicFailed) {
-    // The rail broke, for every peer. Named with its first path's failure.
+    // The rail broke, for every peer. Named with its first path's failure (or the endpoint's).
     char what[PathHealth::kWhatBytes] = "failed";
     int first = paths_.takeUnnamed(rail);
-    if (first >= 0) snprintf(what, sizeof(what), "%s", paths_.at(first).what);
+    if (first >= 0) {
+      snprintf(what, sizeof(what), "%s", paths_.at(first).what);
+    } else if (endpointWhat_[rail][0] != '\0') {
+      snprintf(what, sizeof(what), "%s", endpointWhat_[rail]);
+    }
     railPathBroke(rail, what);
     return;
   }
+  nameBrokenPaths(rail);
+}
+
+void Device::nameBrokenPaths(size_t rail) {
   for (int index = paths_.takeUnnamed(rail); index >= 0; index = paths_.takeUnnamed(rail)) {
     const PathHealth::Path& path = paths_.at(index);
     std::string peer = peerText(rail, path.peer);

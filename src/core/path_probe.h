@@ -26,6 +26,13 @@ class PathProbe final : private OperationOwner {
   // Device::onPathProbeEnded. False when it could not be posted (logged where it failed).
   bool post(int index, size_t rail, fi_addr_t peer);
   bool owns(const Operation& op) const { return op.owner == this; }
+  // Each probe with the provider on `rail` (efa never completes one whose handshake failed).
+  template <typename Visit>
+  void forEachInFlightOn(size_t rail, Visit&& visit) {
+    for (Operation& op : ops_) {
+      if (op.inFlight && op.rail == rail) visit(op);
+    }
+  }
 
  private:
   void onComplete(Operation& op, size_t length) override;

@@ -357,6 +357,9 @@ table() {
   mutant path-endpoint-error-blames-the-rail src/core/device_endpoint.cc \
     'if (pathProbe_ != nullptr && railHealth_.state(rail) == RailState::kUp) {' 'if (false) {' \
     failover_test 'Failover.APeersNicDownBeforeOurFirstWrite*' NNF_TEST_PROVIDER=softefa+rdma+2rails
+  mutant flush-not-read-again src/core/data_comm.cc \
+    'op.request != nullptr && readAgain(op, error)) return;' 'op.request != nullptr && false) return;' \
+    failover_test 'Failover.AFlushOnALeader*' NNF_TEST_PROVIDER=efa+rdma+2rails
   mutant path-nic-failure-unseen src/core/device_paths.cc \
     'const bool ourNicFailed = error != 0;' 'const bool ourNicFailed = false;' \
     failover_test 'Failover.ARailWhosePathBreaks*' NNF_TEST_PROVIDER=efa+rdma+2rails

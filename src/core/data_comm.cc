@@ -206,6 +206,29 @@ void DataComm::onComplete(Operation& op, size_t length) {
   if (op.type == OpType::kWrite) device().protocol().onWriteDone(*this);
 }
 
+bool DataComm::readAgain(Operation& op, int error) {
+  if (closed() || op.request->state != Request::State::kActive || op.heldRegistration == nullptr) {
+    return false;
+  }
+  // A read of our own: no path to a peer, only our NICs (every buffer is registered on each).
+  Device& dev = device();
+  int rail = dev.railHealth().railInsteadOf(op.rail, error, dev.railCount(), 0);
+  if (rail < 0) return false;
+  if (flushPool_.owns(op.request)) {
+    // A flush: into the device's word, from the receive buffer's registration.
+    op.desc = dev.flushWord()->descOn(static_cast<size_t>(rail));
+    op.remoteKey = op.heldRegistration->key(static_cast<size_t>(rail));
+  } else if (!dev.protocol().readOn(*this, op, static_cast<size_t>(rail))) {
+    return false;
+  }
+  NNF_INFO(abi::kLogSubsysNet, "comm %u: a %s failed with rail %u; read again through rail %d",
+           id(), flushPool_.owns(op.request) ? "flush read" : "copy into GPU memory", op.rail,
+           rail);
+  op.rail = static_cast<uint8_t>(rail);
+  op.peer = dev.selfAddress(static_cast<size_t>(rail));
+  return dev.post(op) == abi::kSuccess;
+}
+
 void DataComm::forgetInProtocol(Request& request) {
   device().protocol().forget(*this, request);
 }
@@ -216,6 +239,7 @@ void DataComm::finish(Request& request) {
 }
 
 void DataComm::onError(Operation& op, int error, size_t overflow, const char* text) {
+  if (op.type == OpType::kRead && op.request != nullptr && readAgain(op, error)) return;
   releaseRegistration(op);
   Request* request = op.request;
   if (request == nullptr) {

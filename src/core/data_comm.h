@@ -142,6 +142,10 @@ class DataComm : public Comm {
   void finish(Request& request);
   void releaseRegistration(Request& request);
   void forgetInProtocol(Request& request);
+  // A read of our own into one of the comm's receives (a flush, or the protocol's copy into GPU
+  // memory) failed with `error`: when that says its rail broke and another is up, it goes again
+  // through that one (true: in flight again, its registration still held).
+  bool readAgain(Operation& op, int error);
   void checkStalledNow(Request& request);
   bool tooManyTags();  // WARNs; false
   static constexpr uint32_t kStallCheckInterval = 64;

@@ -226,6 +226,8 @@ abi::Result Plugin::iflush(void* recvComm, int count, void* const* data, const i
     comm->abandon(*request);
     return result;
   }
+  // Held while the read is out, and named there should it go again through another rail.
+  comm->holdRegistration(op, mh);
   *out = request;
   return abi::kSuccess;
 }

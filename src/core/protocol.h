@@ -115,6 +115,10 @@ class Protocol {
   // A read of one of the comm's receive requests ended (`error` 0: completed): true when it was
   // the protocol's (rdma: an eager message copied into GPU memory), its size then set.
   virtual bool onRequestRead(core::DataComm& comm, core::Operation& op, int error) { return false; }
+  // A read of the protocol's into a receive (see onRequestRead) goes again through rail `rail`
+  // (its own failed on a broken one): true once `op`'s descriptor and remote key name that
+  // rail's registrations; false when it is none of the protocol's reads.
+  virtual bool readOn(core::DataComm& comm, core::Operation& op, size_t rail) { return false; }
   // A write of one of the comm's requests completed or failed.
   virtual void onWriteDone(core::DataComm& comm) {}
   // NCCL tested a request of the comm that has been pending for `waitedNs` (every 64th test).

@@ -90,6 +90,11 @@ bool Rdma::onRequestRead(core::DataComm& comm, core::Operation& op, int error) {
   return receiver != nullptr && receiver->onRequestRead(op, error);
 }
 
+bool Rdma::readOn(core::DataComm& comm, core::Operation& op, size_t rail) {
+  rdma::Receiver* receiver = receiverOf(comm);
+  return receiver != nullptr && receiver->readOn(op, rail);
+}
+
 void Rdma::onWaiting(core::DataComm& comm, core::Request& request, uint64_t waitedNs) {
   if (rdma::Sender* sender = senderOf(comm)) sender->onWaiting(waitedNs);
   if (rdma::Receiver* receiver = receiverOf(comm)) receiver->onWaiting(request, waitedNs);

@@ -48,6 +48,7 @@ class Rdma final : public Protocol {
   void onPeerClosedAck(core::DataComm& comm, const uint8_t* data, size_t length) override;
   void onWriteDone(core::DataComm& comm) override;
   bool onRequestRead(core::DataComm& comm, core::Operation& op, int error) override;
+  bool readOn(core::DataComm& comm, core::Operation& op, size_t rail) override;
   void onWaiting(core::DataComm& comm, core::Request& request, uint64_t waitedNs) override;
   void forget(core::DataComm& comm, core::Request& request) override;
   void releaseRegistrations(core::DataComm& comm) override;

@@ -137,7 +137,10 @@ void EagerReceiver::deliver(core::Request& request, uint32_t index, uint32_t ent
       op.eagerCopy.copying = false;
       comm_.onError(op, FI_EIO, 0, "copying an eager message into GPU memory");
       freeEntry(entry);
+      return;
     }
+    // Held while the NIC writes into it, and named there should the read go again elsewhere.
+    comm_.holdRegistration(op, handle);
     return;
   }
   if (length > 0) memcpy(op.buffer, payload, length);
@@ -232,6 +235,16 @@ bool EagerReceiver::onRead(core::Operation& op, int error) {
   if (request.remaining == 1 && slots_.requestAt(request.slot) == &request) {
     slots_.finish(request.slot);
   }
+  return true;
+}
+
+bool EagerReceiver::readOn(core::Operation& op, size_t rail) {
+  if (op.request == nullptr || comm_.flushPool().owns(op.request) || !op.eagerCopy.copying ||
+      op.heldRegistration == nullptr) {
+    return false;
+  }
+  op.desc = op.heldRegistration->descOn(rail);
+  op.remoteKey = bounce_->keyOf(rail);  // the same address on every rail
   return true;
 }
 

@@ -70,6 +70,9 @@ class EagerReceiver {
   bool onCreditWriteDone(const core::Operation& op, int error);
   // A read of a receive's buffer ended: true when it copied an eager message into GPU memory.
   bool onRead(core::Operation& op, int error);
+  // An eager message's copy into GPU memory goes again through rail `rail` (its own broke): its
+  // descriptor and the bounce area's key there. False for any other read.
+  bool readOn(core::Operation& op, size_t rail);
   // Whether the sender may still write into the bounce area of a closed comm (kept until it
   // answered, or past the close bound: then set aside for good).
   bool bounceExposed();

@@ -37,6 +37,7 @@ class Receiver final : public CommState {
 
   bool onOwnCompletion(core::Operation& op, int error);
   bool onRequestRead(core::Operation& op, int error);
+  bool readOn(core::Operation& op, size_t rail) { return eager_.readOn(op, rail); }
   int ownInFlight();
   void cancelOwn();
   void onClose();

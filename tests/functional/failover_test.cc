@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/gpu_buffer.h"
 #include "support/harness.h"
 #include "support/patterns.h"
 #include "support/plugin_ops.h"
@@ -320,6 +321,110 @@ void pathBreaksMidStream(int rail, const std::function<void(Peer&)>& receiverDon
   };
   runOneAtATime(
       kMessages, [&](int i) { return kSizes[i % 3]; }, beforeSend, senderDone, receiverDone);
+}
+
+// The same with GPU memory at both ends (the fake CUDA driver's: on softefa the CPU cannot touch
+// it, only the NIC and the driver's copies do). Every receive is described (GPU memory takes no
+// eager message), flushed as NCCL does (an RDMA read through the first rail up), read back
+// through the driver and checked whole, with the sentinels after it. `rail`'s link breaks before
+// the eighth message is sent or, `atFlush`, once it is received and before its flush: the flush
+// read is then the receiver's first operation on the broken rail, fails, and must go again
+// through another (a flush that failed would fail NCCL's receive).
+void gpuPathBreaksMidStream(int rail, bool atFlush) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  constexpr int kHealthy = 7;
+  constexpr int kMessages = 18;
+  const int kSizes[3] = {64 << 10, 1024, 1 << 20};
+  constexpr size_t kCapacity = (1 << 20) + 4096;
+  LinkControl links("failover-gpu-" + std::to_string(rail));
+  const std::string down = std::to_string(rail);
+  auto sender = [&](Peer& peer) {
+    ASSERT_EQ(peer.props.ptrSupport & abi::kPtrCuda, abi::kPtrCuda);
+    void* comm;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &comm));
+    FakeControls fake;
+    GpuBuffer* gpu = nullptr;
+    void* mh = nullptr;
+    ASSERT_NO_FATAL_FAILURE(openFakeAndRegister(peer, comm, &fake, &gpu, kCapacity, &mh));
+    for (int i = 0; i < kMessages; ++i) {
+      if (i == kHealthy && !atFlush) {
+        ASSERT_NO_FATAL_FAILURE(links.setDown(down.c_str()));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      gpu->fill(static_cast<size_t>(kSizes[i % 3]), static_cast<uint64_t>(i));
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(postSend(peer, comm, gpu->data(), kSizes[i % 3], kTag, mh, &request));
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, nullptr));
+      ASSERT_TRUE(peer.channel->wait());  // received and checked before the buffer is reused
+    }
+    expectRailWarnings(peer, {rail});
+    EXPECT_EQ(reportedSpeed(peer), peer.props.speed / testRails() * (testRails() - 1));
+    dereg(peer, comm, mh);
+    delete gpu;
+    closeSend(peer, comm);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listen, *comm;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listen, &comm));
+    FakeControls fake;
+    GpuBuffer* gpu = nullptr;
+    void* mh = nullptr;
+    ASSERT_NO_FATAL_FAILURE(openFakeAndRegister(peer, comm, &fake, &gpu, kCapacity, &mh));
+    for (int i = 0; i < kMessages; ++i) {
+      const int size = kSizes[i % 3];
+      SCOPED_TRACE("message " + std::to_string(i) + " of " + std::to_string(size) + " B");
+      gpu->fill(0, 0);  // all sentinel
+      void* request;
+      ASSERT_NO_FATAL_FAILURE(
+          postRecv(peer, comm, gpu->data(), static_cast<int>(kCapacity), kTag, mh, &request));
+      int received = -1;
+      ASSERT_NO_FATAL_FAILURE(waitDone(peer, request, &received));
+      ASSERT_EQ(received, size);
+      if (i == kHealthy && atFlush) {
+        ASSERT_NO_FATAL_FAILURE(links.setDown(down.c_str()));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      void* data[1] = {gpu->data()};
+      int flushSizes[1] = {received};
+      void* handles[1] = {mh};
+      void* flush = nullptr;
+      ASSERT_EQ(peer.net->iflush(comm, 1, data, flushSizes, handles, &flush), abi::kSuccess);
+      if (flush != nullptr) {
+        ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
+      }
+      std::vector<uint8_t> bytes = gpu->read();
+      EXPECT_TRUE(verifyPattern(bytes.data(), static_cast<size_t>(size), static_cast<uint64_t>(i)));
+      EXPECT_TRUE(verifySentinel(bytes.data() + size, kCapacity - static_cast<size_t>(size)));
+      ASSERT_TRUE(peer.channel->signal());
+    }
+    if (atFlush) {
+      // The flush read was the first to meet the broken link; later ones took the rail left.
+      EXPECT_EQ(infoLinesWith(peer, "a flush read failed with rail"), 1);
+      expectRailWarnings(peer, {rail});
+    } else {
+      // The share in flight when the link broke, and no later one.
+      EXPECT_EQ(sharesWrittenAgain(peer), 1);
+    }
+    dereg(peer, comm, mh);
+    delete gpu;
+    closeRecv(peer, comm);
+    closeListen(peer, listen);
+  };
+  runTwoProcesses(sender, receiver, 180);
+}
+
+TEST(Failover, ARailWhosePathBreaksLosesNoGpuMessage) {
+  gpuPathBreaksMidStream(1, false);
+}
+
+TEST(Failover, TheLeaderWhosePathBreaksLosesNoGpuMessage) {
+  gpuPathBreaksMidStream(0, false);
+}
+
+// Flushes read through the first rail up: the leader, until the receiver knows it broke.
+TEST(Failover, AFlushOnALeaderThatJustBrokeReadsThroughAnotherRail) {
+  gpuPathBreaksMidStream(0, true);
 }
 
 TEST(Failover, ARailWhosePathBreaksIsLeftOutAndNoMessageIsLost) {

@@ -214,7 +214,8 @@ bool DataComm::readAgain(Operation& op, int error) {
   Device& dev = device();
   int rail = dev.railHealth().railInsteadOf(op.rail, error, dev.railCount(), 0);
   if (rail < 0) return false;
-  if (flushPool_.owns(op.request)) {
+  const bool flush = flushPool_.owns(op.request);
+  if (flush) {
     // A flush: into the device's word, from the receive buffer's registration.
     op.desc = dev.flushWord()->descOn(static_cast<size_t>(rail));
     op.remoteKey = op.heldRegistration->key(static_cast<size_t>(rail));
@@ -222,8 +223,7 @@ bool DataComm::readAgain(Operation& op, int error) {
     return false;
   }
   NNF_INFO(abi::kLogSubsysNet, "comm %u: a %s failed with rail %u; read again through rail %d",
-           id(), flushPool_.owns(op.request) ? "flush read" : "copy into GPU memory", op.rail,
-           rail);
+           id(), flush ? "flush read" : "copy into GPU memory", op.rail, rail);
   op.rail = static_cast<uint8_t>(rail);
   op.peer = dev.selfAddress(static_cast<size_t>(rail));
   return dev.post(op) == abi::kSuccess;

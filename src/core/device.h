@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -271,6 +272,12 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   void nameBrokenPaths(size_t rail);
   // Every data comm's cached mask of broken paths, after a path changed.
   void refreshPathMasks();
+  // Each comm of the net ABI (send and receive comms; not listeners, not the RMA layer's groups).
+  // (Failures and probes only: not the data path.)
+  void forEachDataComm(const std::function<void(DataComm&)>& visit) const;
+  // Path (rail, peer) failed as `what` says: true when it went down now (the comms' masks are
+  // refreshed); false when it was down already, or the table is full and the rail went down.
+  bool takePathDown(size_t rail, fi_addr_t peer, const char* what);
   // Posts the probes of broken paths that are due; how long until the next is (UINT64_MAX: none).
   uint64_t probePaths(uint64_t now);
   // Whether an open comm goes to `peer` on rail `rail`.

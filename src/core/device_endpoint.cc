@@ -70,23 +70,15 @@ void Device::releaseStranded(size_t rail) {
   // stranded here, with the leader down too, stay so (two NICs failing; not taken back).
   std::vector<Operation*> stranded;
   std::vector<fi_addr_t> peers;
+  auto strand = [&](Operation& op) {
+    stranded.push_back(&op);
+    if (std::find(peers.begin(), peers.end(), op.peer) == peers.end()) peers.push_back(op.peer);
+  };
   // A path probe whose handshake failed is never completed either: it fails, and is probed again.
-  if (pathProbe_ != nullptr) {
-    pathProbe_->forEachInFlightOn(rail, [&](Operation& op) {
-      stranded.push_back(&op);
-      if (std::find(peers.begin(), peers.end(), op.peer) == peers.end()) peers.push_back(op.peer);
-    });
-  }
-  for (auto& entry : comms_) {
-    Comm& comm = *entry.second;
-    // The net ABI's comms (the RMA layer's groups keep their own operations: what efa stranded
-    // of theirs stays so, as before).
-    if (comm.kind() != Comm::Kind::kSend && comm.kind() != Comm::Kind::kRecv) continue;
-    static_cast<DataComm&>(comm).forEachInFlightOn(rail, [&](Operation& op) {
-      stranded.push_back(&op);
-      if (std::find(peers.begin(), peers.end(), op.peer) == peers.end()) peers.push_back(op.peer);
-    });
-  }
+  if (pathProbe_ != nullptr) pathProbe_->forEachInFlightOn(rail, strand);
+  // The net ABI's comms (the RMA layer's groups keep their own operations: what efa stranded of
+  // theirs stays so, as before).
+  forEachDataComm([&](DataComm& comm) { comm.forEachInFlightOn(rail, strand); });
   if (stranded.empty()) return;
   NNF_INFO(abi::kLogSubsysNet,
            "device %d: %zu write(s) to %zu peer(s) still held on rail %zu (NIC %s) %llu ms after "

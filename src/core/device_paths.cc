@@ -13,6 +13,15 @@
 
 namespace nnf::core {
 
+void Device::forEachDataComm(const std::function<void(DataComm&)>& visit) const {
+  for (const auto& entry : comms_) {
+    Comm& comm = *entry.second;
+    if (comm.kind() == Comm::Kind::kSend || comm.kind() == Comm::Kind::kRecv) {
+      visit(static_cast<DataComm&>(comm));
+    }
+  }
+}
+
 uint32_t Device::pathsDownOf(const DataComm& comm) const {
   if (paths_.downCount() == 0) return 0;
   uint32_t mask = 0;
@@ -23,12 +32,23 @@ uint32_t Device::pathsDownOf(const DataComm& comm) const {
 }
 
 void Device::refreshPathMasks() {
-  for (auto& entry : comms_) {
-    Comm& comm = *entry.second;
-    if (comm.kind() != Comm::Kind::kSend && comm.kind() != Comm::Kind::kRecv) continue;
-    auto& data = static_cast<DataComm&>(comm);
-    data.setPathsDown(pathsDownOf(data));
+  forEachDataComm([this](DataComm& comm) { comm.setPathsDown(pathsDownOf(comm)); });
+}
+
+bool Device::takePathDown(size_t rail, fi_addr_t peer, const char* what) {
+  int index = -1;
+  switch (paths_.markDown(rail, peer, nowNs(), what, &index)) {
+    case PathHealth::Marked::kAlready:
+      return false;
+    case PathHealth::Marked::kNoRoom:
+      railPathBroke(rail, what);
+      return false;
+    case PathHealth::Marked::kNow:
+      break;
   }
+  // Before the failed operation's owner hears: it goes again on a rail its comm may still use.
+  refreshPathMasks();
+  return true;
 }
 
 void Device::pathBroke(size_t rail, const Operation& op, const char* what) {
@@ -39,33 +59,11 @@ void Device::pathBroke(size_t rail, const Operation& op, const char* what) {
     railPathBroke(rail, what);
     return;
   }
-  int index = -1;
-  switch (paths_.markDown(rail, op.peer, nowNs(), what, &index)) {
-    case PathHealth::Marked::kAlready:
-      return;
-    case PathHealth::Marked::kNoRoom:
-      railPathBroke(rail, what);
-      return;
-    case PathHealth::Marked::kNow:
-      break;
-  }
-  // Before the operation's owner hears: it sends what failed again on a rail its comm may use.
-  refreshPathMasks();
-  classifyRail(rail);
+  if (takePathDown(rail, op.peer, what)) classifyRail(rail);
 }
 
 void Device::pathBrokeBeyondOurNic(size_t rail, fi_addr_t peer, const char* what) {
-  int index = -1;
-  switch (paths_.markDown(rail, peer, nowNs(), what, &index)) {
-    case PathHealth::Marked::kAlready:
-      return;
-    case PathHealth::Marked::kNoRoom:
-      railPathBroke(rail, what);
-      return;
-    case PathHealth::Marked::kNow:
-      break;
-  }
-  refreshPathMasks();
+  if (!takePathDown(rail, peer, what)) return;
   nameBrokenPaths(rail);
   if (keeper_ != nullptr) keeper_->wake();  // it probes the path when due
 }
@@ -119,13 +117,11 @@ void Device::nameBrokenPaths(size_t rail) {
 }
 
 bool Device::pathInUse(size_t rail, fi_addr_t peer) const {
-  for (const auto& entry : comms_) {
-    const Comm& comm = *entry.second;
-    if (comm.kind() != Comm::Kind::kSend && comm.kind() != Comm::Kind::kRecv) continue;
-    const auto& data = static_cast<const DataComm&>(comm);
-    if (!data.closed() && rail < data.rails() && data.peer(rail) == peer) return true;
-  }
-  return false;
+  bool used = false;
+  forEachDataComm([&](const DataComm& comm) {
+    used |= !comm.closed() && rail < comm.rails() && comm.peer(rail) == peer;
+  });
+  return used;
 }
 
 uint64_t Device::probePaths(uint64_t now) {

@@ -221,11 +221,13 @@ bool EagerReceiver::onCreditWriteDone(const core::Operation& op, int error) {
   return true;
 }
 
-bool EagerReceiver::onRead(core::Operation& op, int error) {
+bool EagerReceiver::copying(const core::Operation& op) const {
   // Flushes are reads too, of requests of their own.
-  if (op.request == nullptr || comm_.flushPool().owns(op.request) || !op.eagerCopy.copying) {
-    return false;
-  }
+  return op.request != nullptr && !comm_.flushPool().owns(op.request) && op.eagerCopy.copying;
+}
+
+bool EagerReceiver::onRead(core::Operation& op, int error) {
+  if (!copying(op)) return false;
   uint32_t entry = op.eagerCopy.entry;
   op.eagerCopy.copying = false;
   if (error == 0) op.transferred = op.length;
@@ -239,10 +241,7 @@ bool EagerReceiver::onRead(core::Operation& op, int error) {
 }
 
 bool EagerReceiver::readOn(core::Operation& op, size_t rail) {
-  if (op.request == nullptr || comm_.flushPool().owns(op.request) || !op.eagerCopy.copying ||
-      op.heldRegistration == nullptr) {
-    return false;
-  }
+  if (!copying(op) || op.heldRegistration == nullptr) return false;
   op.desc = op.heldRegistration->descOn(rail);
   op.remoteKey = bounce_->keyOf(rail);  // the same address on every rail
   return true;

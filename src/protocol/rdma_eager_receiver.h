@@ -73,6 +73,8 @@ class EagerReceiver {
   // An eager message's copy into GPU memory goes again through rail `rail` (its own broke): its
   // descriptor and the bounce area's key there. False for any other read.
   bool readOn(core::Operation& op, size_t rail);
+  // Whether `op` is a read copying an eager message into GPU memory (not a flush).
+  bool copying(const core::Operation& op) const;
   // Whether the sender may still write into the bounce area of a closed comm (kept until it
   // answered, or past the close bound: then set aside for good).
   bool bounceExposed();

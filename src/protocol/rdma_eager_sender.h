@@ -87,10 +87,10 @@ class EagerSender {
   // reached one is left.
   size_t nextRail() {
     if (rails_ <= 1) return 0;
-    uint32_t up = comm_.device().railHealth().upMask() & ~comm_.pathsDown();
+    uint32_t up = comm_.device().railHealth().usable(rails_, comm_.pathsDown());
     uint32_t usable = reached_ & up;
     // None reached is up (the leader broke first): any rail up, whose first write is slower.
-    if (usable == 0) usable = up & ((1u << rails_) - 1);
+    if (usable == 0) usable = up;
     if (usable == 0) usable = reached_;
     for (size_t tries = 0; tries < rails_; ++tries) {
       size_t rail = nextRail_;

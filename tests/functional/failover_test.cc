@@ -385,17 +385,8 @@ void gpuPathBreaksMidStream(int rail, bool atFlush) {
         ASSERT_NO_FATAL_FAILURE(links.setDown(down.c_str()));
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      void* data[1] = {gpu->data()};
-      int flushSizes[1] = {received};
-      void* handles[1] = {mh};
-      void* flush = nullptr;
-      ASSERT_EQ(peer.net->iflush(comm, 1, data, flushSizes, handles, &flush), abi::kSuccess);
-      if (flush != nullptr) {
-        ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
-      }
-      std::vector<uint8_t> bytes = gpu->read();
-      EXPECT_TRUE(verifyPattern(bytes.data(), static_cast<size_t>(size), static_cast<uint64_t>(i)));
-      EXPECT_TRUE(verifySentinel(bytes.data() + size, kCapacity - static_cast<size_t>(size)));
+      ASSERT_NO_FATAL_FAILURE(flushReceive(peer, comm, *gpu, received, mh));
+      expectMessageIn(*gpu, static_cast<size_t>(size), static_cast<uint64_t>(i));
       ASSERT_TRUE(peer.channel->signal());
     }
     if (atFlush) {

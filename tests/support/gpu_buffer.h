@@ -13,6 +13,7 @@
 #include "support/fake_cuda_controls.h"
 #include "support/harness.h"
 #include "support/patterns.h"
+#include "support/plugin_ops.h"
 #include "support/test_env.h"
 
 namespace nnf::test {
@@ -56,6 +57,27 @@ inline void openFakeAndRegister(Peer& peer, void* comm, FakeControls* fake, GpuB
   ASSERT_NE(fake->memAlloc, nullptr);
   *buffer = new GpuBuffer(*fake, size);
   ASSERT_EQ(peer.net->regMr(comm, (*buffer)->data(), size, abi::kPtrCuda, mh), abi::kSuccess);
+}
+
+// What NCCL does after a GPU receive of `received` bytes into `gpu` (registered as `mh` for
+// `comm`): iflush, and wait for the flush when the plugin returns one.
+inline void flushReceive(Peer& peer, void* comm, GpuBuffer& gpu, int received, void* mh) {
+  void* data[1] = {gpu.data()};
+  int sizes[1] = {received};
+  void* handles[1] = {mh};
+  void* flush = nullptr;
+  ASSERT_EQ(peer.net->iflush(comm, 1, data, sizes, handles, &flush), abi::kSuccess);
+  if (flush != nullptr) {
+    ASSERT_NO_FATAL_FAILURE(waitDone(peer, flush, nullptr));
+  }
+}
+
+// `gpu`, read back through the driver, holds message `seed` (`size` bytes of its pattern) and
+// its sentinels to the end.
+inline void expectMessageIn(const GpuBuffer& gpu, size_t size, uint64_t seed) {
+  std::vector<uint8_t> bytes = gpu.read();
+  EXPECT_TRUE(verifyPattern(bytes.data(), size, seed));
+  EXPECT_TRUE(verifySentinel(bytes.data() + size, gpu.size() - size));
 }
 
 }  // namespace nnf::test

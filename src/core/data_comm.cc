@@ -192,6 +192,7 @@ void DataComm::onComplete(Operation& op, size_t length) {
     return;
   }
   if (op.type == OpType::kWrite) {
+    if (rails_ > 1) silence_.landed(op.rail);
     if (device().protocol().continueWrite(*this, op)) return;  // the next segment is posted
     op.transferred += op.length;
   } else if (op.type == OpType::kRead && device().protocol().onRequestRead(*this, op, 0)) {

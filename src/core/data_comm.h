@@ -11,6 +11,7 @@
 #include "core/protocol.h"
 #include "core/request.h"
 #include "core/sequence_table.h"
+#include "core/silence_watch.h"
 #include "core/wire.h"
 #include "memory/region.h"
 
@@ -64,6 +65,19 @@ class DataComm : public Comm {
   uint32_t pathsDown() const { return pathsDown_; }
   void setPathsDown(uint32_t mask) { pathsDown_ = mask; }
   uint32_t remoteId() const { return remoteId_; }
+  // Whether the comm's writes stop completing on one rail (core/silence_watch.h), and the rails
+  // on which one of its requests' writes is with the provider (bit r), for the device's looks.
+  SilenceWatch& silence() { return silence_; }
+  uint32_t railsWriting() {
+    uint32_t busy = 0;
+    forEachRequest([&](Request& request) {
+      for (int i = 0; i < request.count; ++i) {
+        const Operation& op = request.ops[i];
+        if (op.inFlight && op.type == OpType::kWrite) busy |= 1u << op.rail;
+      }
+    });
+    return busy;
+  }
 
   ~DataComm() override;
 
@@ -179,6 +193,7 @@ class DataComm : public Comm {
   uint32_t remoteId_ = 0;
 
  private:
+  SilenceWatch silence_;
   RequestPool pool_;
   RequestPool flushPool_;
   SequenceTable sequences_;

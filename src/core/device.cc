@@ -53,6 +53,8 @@ Device::Device(int index, const DeviceSpec& spec, std::unique_ptr<DeviceRails> r
       railHealth_(railCount_,
                   static_cast<uint64_t>(config.integer(config::Param::kRailProbeMs)) * 1000000),
       paths_(static_cast<uint64_t>(config.integer(config::Param::kRailProbeMs)) * 1000000),
+      silenceBoundNs_(static_cast<uint64_t>(config.integer(config::Param::kRailTimeoutMs)) *
+                      1000000),
       provider_(rails_->rail(0).info()->fabric_attr->prov_name),
       properties_(spec.properties),
       railNames_(spec.railNames),
@@ -260,7 +262,8 @@ int Device::speedWith(size_t rails) const {
 
 uint64_t Device::probeRails() {
   uint64_t now = nowNs();
-  uint64_t wait = std::min(releaseStrandedWhenDue(now), probePaths(now));
+  uint64_t wait =
+      std::min({releaseStrandedWhenDue(now), probePaths(now), lookForSilentPaths(now)});
   // A read asking whether our NIC or a path broke is in flight: its answer is read soon.
   if (classifying_ != 0) wait = 0;
   if (railProbe_ == nullptr || railHealth_.allUp()) return wait;

@@ -291,6 +291,18 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   // addresses go back fresh. Returns how long until the next is due (UINT64_MAX: none).
   uint64_t releaseStrandedWhenDue(uint64_t now);
   void releaseStranded(size_t rail);
+  // The writes still with the provider on `rail` to `peers` (the net comms' and the path probes'):
+  // the peers' addresses are removed from the rail (the provider ends what it holds for them
+  // without a completion: efa), each write fails as a broken path's write does (`why`), and the
+  // addresses go back fresh, for every comm. A peer the provider would not forget keeps its writes
+  // (removed from `peers`). Returns how many writes were taken back.
+  size_t takeBack(size_t rail, std::vector<fi_addr_t>& peers, const char* why);
+  // Every quarter of NCCL_FABRIC_RAIL_TIMEOUT_MS, each send comm of several rails is looked at
+  // (core/silence_watch.h): a rail beyond the leader whose writes went silent takes its path down
+  // (as a failed write does) and its stuck writes back (device_silence.cc). How long until the
+  // next look (UINT64_MAX: nothing is in flight to watch).
+  uint64_t lookForSilentPaths(uint64_t now);
+  void pathWentSilent(size_t rail, fi_addr_t peer);
   const char* railName(size_t rail) const;
   // The device's speed over `rails` of its rails (NCCL reads it for each new communicator).
   int speedWith(size_t rails) const;
@@ -325,6 +337,8 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   uint32_t endpointErrorsReported_ = 0;  // bit r: an endpoint error of rail r was named
   // When the writes stranded on rail r are taken back (0: nothing pending), device lock.
   uint64_t strandedDueNs_[memory::kMaxRails] = {};
+  uint64_t silenceBoundNs_ = 0;  // NCCL_FABRIC_RAIL_TIMEOUT_MS (0: not watched)
+  uint64_t nextSilenceLookNs_ = 0;
   std::string provider_;
   bool localOnly_ = false;
   size_t injectLimit_ = 0;

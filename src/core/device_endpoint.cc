@@ -68,10 +68,8 @@ void Device::releaseStranded(size_t rail) {
   // The requests' operations on that rail still with the provider: data and eager writes. The
   // protocols' own writes (descriptors, credits, voids) go on the leader while it is up; those
   // stranded here, with the leader down too, stay so (two NICs failing; not taken back).
-  std::vector<Operation*> stranded;
   std::vector<fi_addr_t> peers;
   auto strand = [&](Operation& op) {
-    stranded.push_back(&op);
     if (std::find(peers.begin(), peers.end(), op.peer) == peers.end()) peers.push_back(op.peer);
   };
   // A path probe whose handshake failed is never completed either: it fails, and is probed again.
@@ -79,18 +77,28 @@ void Device::releaseStranded(size_t rail) {
   // The net ABI's comms (the RMA layer's groups keep their own operations: what efa stranded of
   // theirs stays so, as before).
   forEachDataComm([&](DataComm& comm) { comm.forEachInFlightOn(rail, strand); });
-  if (stranded.empty()) return;
-  NNF_INFO(abi::kLogSubsysNet,
-           "device %d: %zu write(s) to %zu peer(s) still held on rail %zu (NIC %s) %llu ms after "
-           "its endpoint failed: taken back and sent again on the rails left",
-           index_, stranded.size(), peers.size(), rail, railName(rail),
-           static_cast<unsigned long long>(kStrandedGraceNs / 1000000));
+  if (peers.empty()) return;
   // Our NIC works (the rail is still up after its read): the handshakes of these peers failed
   // beyond it, and their paths go down instead of the rail, before their writes fail and go
   // again on the rails their comms may still use.
   if (railHealth_.state(rail) == RailState::kUp) {
     for (fi_addr_t peer : peers) pathBrokeBeyondOurNic(rail, peer, endpointWhat_[rail]);
   }
+  size_t count = takeBack(rail, peers, "stranded by its NIC's endpoint error");
+  NNF_INFO(abi::kLogSubsysNet,
+           "device %d: %zu write(s) to %zu peer(s) still held on rail %zu (NIC %s) %llu ms after "
+           "its endpoint failed: taken back and sent again on the rails left",
+           index_, count, peers.size(), rail, railName(rail),
+           static_cast<unsigned long long>(kStrandedGraceNs / 1000000));
+}
+
+size_t Device::takeBack(size_t rail, std::vector<fi_addr_t>& peers, const char* why) {
+  std::vector<Operation*> stranded;
+  auto strand = [&](Operation& op) {
+    if (std::find(peers.begin(), peers.end(), op.peer) != peers.end()) stranded.push_back(&op);
+  };
+  if (pathProbe_ != nullptr) pathProbe_->forEachInFlightOn(rail, strand);
+  forEachDataComm([&](DataComm& comm) { comm.forEachInFlightOn(rail, strand); });
   // Removing the peer makes the provider drop what it holds for it without a completion (efa),
   // so that none can come for an operation that is sent again, or reused. A peer the provider
   // would not forget keeps its writes.
@@ -104,12 +112,14 @@ void Device::releaseStranded(size_t rail) {
     NNF_WARN("device %d: removing a peer's address from rail %zu (NIC %s) failed: %s", index_, rail,
              railName(rail), fi_strerror(-ret));
   }
+  size_t count = 0;
   for (Operation* op : stranded) {
     // An earlier one's failure may have ended this one too (its request failed whole).
     if (!op->inFlight) continue;
     if (std::find(removed.begin(), removed.end(), op->peer) == removed.end()) continue;
     engine_->release(*op);
-    op->owner->onError(*op, FI_EHOSTUNREACH, 0, "stranded by its NIC's endpoint error");
+    op->owner->onError(*op, FI_EHOSTUNREACH, 0, why);
+    ++count;
   }
   peers.swap(removed);
   // The addresses again, fresh (a new handshake when the rail works again), for every comm.
@@ -129,6 +139,7 @@ void Device::releaseStranded(size_t rail) {
     paths_.replacePeer(rail, address, fresh);
     address = fresh;
   }
+  return count;
 }
 
 }  // namespace nnf::core

@@ -138,7 +138,7 @@ uint64_t Device::probePaths(uint64_t now) {
       paths_.forget(index);
       continue;
     }
-    if (!pathProbe_->post(index, path.rail, path.peer)) paths_.probeFailed(index, now);
+    if (!pathProbe_->post(index, path.rail, path.peer, now)) paths_.probeFailed(index, now);
   }
   return paths_.nextProbeInNs(now);
 }

@@ -11,7 +11,7 @@ PathProbe::~PathProbe() {
   if (header_.data != nullptr) device_.controlArena().release(&header_);
 }
 
-bool PathProbe::post(int index, size_t rail, fi_addr_t peer) {
+bool PathProbe::post(int index, size_t rail, fi_addr_t peer, uint64_t nowNs) {
   if (header_.data == nullptr) {
     if (!device_.controlArena().acquire(&header_)) return false;  // logged
     wire::ControlHeader header = wire::makeControlHeader(0, wire::ControlKind::kPing, 0);
@@ -26,6 +26,7 @@ bool PathProbe::post(int index, size_t rail, fi_addr_t peer) {
   op.length = sizeof(wire::ControlHeader);
   op.desc = header_.descOf(rail);
   op.peer = peer;
+  postedNs_[index] = nowNs;
   return device_.postFromKeeper(op) == abi::kSuccess;
 }
 

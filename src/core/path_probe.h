@@ -22,10 +22,18 @@ class PathProbe final : private OperationOwner {
   PathProbe(const PathProbe&) = delete;
   PathProbe& operator=(const PathProbe&) = delete;
 
-  // Posts the probe of path `index` (device lock held); its end comes to
+  // Posts the probe of path `index` (device lock held) at `nowNs`; its end comes to
   // Device::onPathProbeEnded. False when it could not be posted (logged where it failed).
-  bool post(int index, size_t rail, fi_addr_t peer);
+  bool post(int index, size_t rail, fi_addr_t peer, uint64_t nowNs);
   bool owns(const Operation& op) const { return op.owner == this; }
+  // Each probe with the provider that was posted before `sinceNs`: a path that stays silent
+  // never answers its probe (visit(op), to take it back).
+  template <typename Visit>
+  void forEachPostedBefore(uint64_t sinceNs, Visit&& visit) {
+    for (size_t i = 0; i < PathHealth::kMaxPaths; ++i) {
+      if (ops_[i].inFlight && postedNs_[i] < sinceNs) visit(ops_[i]);
+    }
+  }
   // Each probe with the provider on `rail` (efa never completes one whose handshake failed).
   template <typename Visit>
   void forEachInFlightOn(size_t rail, Visit&& visit) {
@@ -42,6 +50,7 @@ class PathProbe final : private OperationOwner {
   Device& device_;
   ControlSlot header_;  // the message, written once (taken at the first probe)
   Operation ops_[PathHealth::kMaxPaths];
+  uint64_t postedNs_[PathHealth::kMaxPaths] = {};
 };
 
 }  // namespace nnf::core

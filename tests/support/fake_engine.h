@@ -28,7 +28,8 @@ class FakeEngine final : public core::OperationEngine {
   abi::Result inject(const core::Operation& op) override;
   void cancel(core::Operation& op) override;
   void unqueue(core::Operation& op) override;
-  // The fake fabric strands no operation (it reports no endpoint errors): nothing to take back.
+  // An operation taken back (its peer's address removed: the fabric drops what a silent NIC
+  // withholds for it, FakeFabric::dropWithheld) ends here, with no completion.
   void release(core::Operation& op) override { op.inFlight = false; }
   abi::Result progress(core::EngineEvents& events) override;
   bool holdsWaiting() const override { return !heldRx_.empty() || !heldTx_.empty(); }

@@ -17,7 +17,7 @@ uint64_t immediateMask(size_t bytes) {
 }  // namespace
 
 FakeRails::FakeRails(FakeFabric& fabric, size_t id, const FakeRailSpec& spec, size_t rails)
-    : leader_(keys_, 1), data_(keys_, rails) {
+    : fabric_(fabric), leader_(keys_, 1), data_(keys_, rails) {
   std::vector<const FakeRail*> views;
   for (size_t r = 0; r < rails; ++r) {
     rails_.push_back(std::make_unique<FakeRail>(spec, fakeAddress(id, r)));
@@ -27,6 +27,11 @@ FakeRails::FakeRails(FakeFabric& fabric, size_t id, const FakeRailSpec& spec, si
 }
 
 FakeRails::~FakeRails() = default;
+
+int FakeRails::removeAddress(size_t rail, fi_addr_t address) {
+  fabric_.dropWithheld(*engine_, rail, engine_->peer(rail, address));
+  return 0;
+}
 
 FakeFabric::FakeFabric(const FakeFabricOptions& options)
     : options_(options), random_(options.seed), clockRandom_(options.seed ^ 0x636c6f636bull) {
@@ -223,8 +228,67 @@ bool FakeFabric::nicDown(const FakeEngine* engine, size_t rail) const {
          (downNics_[engine->id()] >> rail & 1u) != 0;
 }
 
+bool FakeFabric::nicSilent(const FakeEngine* engine, size_t rail) const {
+  return engine != nullptr && engine->id() < silentNics_.size() &&
+         (silentNics_[engine->id()] >> rail & 1u) != 0;
+}
+
+void FakeFabric::restoreNic(size_t engine, size_t rail) {
+  if (engine < downNics_.size()) downNics_[engine] &= ~(1u << rail);
+  if (engine >= silentNics_.size() || (silentNics_[engine] >> rail & 1u) == 0) return;
+  silentNics_[engine] &= ~(1u << rail);
+  std::vector<uint32_t> still;
+  for (uint32_t index : withheld_) {
+    Transfer& transfer = transfers_[index];
+    if (nicSilent(transfer.source, transfer.sourceRail) ||
+        nicSilent(transfer.target, transfer.targetRail)) {
+      still.push_back(index);
+      continue;
+    }
+    transfer.withheld = false;
+    if (transfer.landedSilently) {
+      scheduleCompletion(index);
+    } else {
+      land(index);  // late, as a NIC that comes back delivers what it still had
+    }
+  }
+  withheld_.swap(still);
+}
+
+void FakeFabric::dropWithheld(const FakeEngine& source, size_t rail,
+                              const FakeEngine::Peer& target) {
+  std::vector<uint32_t> still;
+  for (uint32_t index : withheld_) {
+    Transfer& transfer = transfers_[index];
+    if (transfer.source != &source || transfer.sourceRail != rail ||
+        transfer.target != target.engine || transfer.targetRail != target.rail) {
+      still.push_back(index);
+      continue;
+    }
+    ++stats_.withheldDropped;
+    transfer.withheld = false;
+    transfer.dead = true;
+    transfer.owes = false;
+    transfer.op = nullptr;
+    transfer.landed = true;
+    transfer.delivered = true;
+    release(index);
+  }
+  withheld_.swap(still);
+}
+
 void FakeFabric::land(uint32_t index) {
   Transfer& transfer = transfers_[index];
+  if (!transfer.dead && transfer.owes &&
+      (nicSilent(transfer.source, transfer.sourceRail) ||
+       nicSilent(transfer.target, transfer.targetRail))) {
+    ++stats_.withheld;
+    transfer.withheld = true;
+    withheld_.push_back(index);
+    if (landedOneIn_ == 0 || random_() % landedOneIn_ != 0) return;  // lands nowhere, for now
+    ++stats_.withheldLanded;
+    transfer.landedSilently = true;
+  }
   transfer.landed = true;
   if (transfer.dead) {
     transfer.delivered = true;
@@ -264,7 +328,7 @@ void FakeFabric::land(uint32_t index) {
       landMessage(index);
       break;
   }
-  if (transfer.owes && !transfer.scheduled) scheduleCompletion(index);
+  if (transfer.owes && !transfer.scheduled && !transfer.withheld) scheduleCompletion(index);
 }
 
 void FakeFabric::finish(uint32_t index) {

@@ -28,6 +28,10 @@
 //     (FakeFabric::restoreRail). One device's NIC of a rail may fail alone (FakeFabric::failNic:
 //     a peer's NIC, as the other devices see it), with the same effects on what it sends or is
 //     sent, while the other devices' reads of themselves still work.
+//   - a NIC may go silent instead (FakeFabric::silenceNic): what goes through it neither lands nor
+//     completes (or lands with its completion withheld) until its source removes the target's
+//     address (dropped, as efa drops what it holds for a removed peer) or the NIC is restored
+//     (it lands then, late).
 // A tick is one progress() call of any engine on the fabric: landings need no progress of the
 // target (as on an RDMA NIC); its completions wait in its queue until it progresses. Every misuse
 // detected (an unknown key, a range outside its registration, a missing descriptor where the
@@ -86,13 +90,16 @@ struct FakeStats {
   uint64_t early = 0;      // local completions before the data landed
   uint64_t reordered = 0;  // deliveries that overtook an earlier post on the same rails
   uint64_t cancelled = 0;
-  uint64_t truncated = 0;     // messages longer than their receive
-  uint64_t pauses = 0;        // ticks that moved the clock by a pause
-  uint64_t departedLate = 0;  // transfers that waited for their source's progress to leave
-  uint64_t failed = 0;        // transfers failed by a rail that went down (failRail)
-  uint64_t failedLanded = 0;  // of those, the ones that landed all the same
-  uint64_t failedReads = 0;   // of those, reads (the devices' rail probes)
-  uint64_t failedAgain = 0;   // of those, writes that went again after an earlier failure
+  uint64_t truncated = 0;        // messages longer than their receive
+  uint64_t pauses = 0;           // ticks that moved the clock by a pause
+  uint64_t departedLate = 0;     // transfers that waited for their source's progress to leave
+  uint64_t failed = 0;           // transfers failed by a rail that went down (failRail)
+  uint64_t failedLanded = 0;     // of those, the ones that landed all the same
+  uint64_t failedReads = 0;      // of those, reads (the devices' rail probes)
+  uint64_t failedAgain = 0;      // of those, writes that went again after an earlier failure
+  uint64_t withheld = 0;         // transfers a silent NIC withheld (silenceNic)
+  uint64_t withheldLanded = 0;   // of those, the ones that landed (their completion withheld)
+  uint64_t withheldDropped = 0;  // of those, the ones their source took back (removeAddress)
   uint64_t writesByRail[memory::kMaxRails] = {};  // writes landed, by the rail they left on
   uint64_t restoredAtNs = 0;              // the clock when a rail last came back (restoreRail)
   uint64_t firstWriteAfterRestoreNs = 0;  // the first write that left on it after that
@@ -111,7 +118,7 @@ class FakeRails final : public core::DeviceRails {
   int insertAddress(size_t rail, const uint8_t* address, size_t length, fi_addr_t* out) override {
     return engine_->insertAddress(rail, address, length, out);
   }
-  int removeAddress(size_t, fi_addr_t) override { return 0; }
+  int removeAddress(size_t rail, fi_addr_t address) override;
   core::OperationEngine& engine() override { return *engine_; }
   memory::Registrar& leaderRegistrar() override { return leader_; }
   memory::Registrar& dataRegistrar() override { return data_; }
@@ -120,6 +127,7 @@ class FakeRails final : public core::DeviceRails {
   FakeEngine& fakeEngine() { return *engine_; }
 
  private:
+  FakeFabric& fabric_;
   std::vector<std::unique_ptr<FakeRail>> rails_;
   FakeKeys keys_;
   FakeRegistrar leader_;
@@ -166,9 +174,17 @@ class FakeFabric {
     downNics_[engine] |= 1u << rail;
     landedOneIn_ = landedOneIn;
   }
-  void restoreNic(size_t engine, size_t rail) {
-    if (engine < downNics_.size()) downNics_[engine] &= ~(1u << rail);
+  // Rail `rail` of engine `engine` goes silent (a NIC reset, a link that drops everything with
+  // no error to report): what would land from now on from or to it neither lands nor completes
+  // (one in `landedOneIn` lands, its completion withheld) until its source removes the target's
+  // address from the rail (the provider then drops it without a completion, as efa does) or the
+  // NIC is restored (what is still withheld then lands, late, and completes).
+  void silenceNic(size_t engine, size_t rail, uint32_t landedOneIn) {
+    if (silentNics_.size() <= engine) silentNics_.resize(engine + 1, 0);
+    silentNics_[engine] |= 1u << rail;
+    landedOneIn_ = landedOneIn;
   }
+  void restoreNic(size_t engine, size_t rail);
   // Rail `rail` works again: what lands over it from now on lands.
   void restoreRail(size_t rail) {
     downRails_ &= ~(1u << rail);
@@ -199,6 +215,9 @@ class FakeFabric {
   void forEachOwed(const FakeEngine& engine,
                    const std::function<void(const core::Operation&)>& visit) const;
   void noteCancelled() { ++stats_.cancelled; }
+  // `source` removed address `target` from rail `rail`: what it sent there and a silent NIC
+  // withholds is dropped, never completed.
+  void dropWithheld(const FakeEngine& source, size_t rail, const FakeEngine::Peer& target);
   // The engine is going: what it posted or was sent is dropped, never touched again.
   void forget(FakeEngine& engine);
 
@@ -212,8 +231,10 @@ class FakeFabric {
     bool scheduled = false;  // that completion has its event
     bool dead = false;       // its source or target went: dropped, never touched again
     bool failed = false;     // a rail it took went down before it landed (failRail)
-    uint32_t events = 0;     // its events still in the queue
-    uint64_t postOrder = 0;  // when it was posted (or injected), fabric-wide
+    bool withheld = false;   // a silent NIC holds it (silenceNic): not landed, or not completed
+    bool landedSilently = false;  // withheld after landing: only its completion is
+    uint32_t events = 0;          // its events still in the queue
+    uint64_t postOrder = 0;       // when it was posted (or injected), fabric-wide
     uint8_t sourceRail = 0;
     uint8_t targetRail = 0;
     FakeEngine* source = nullptr;
@@ -250,6 +271,7 @@ class FakeFabric {
   void scheduleCompletion(uint32_t index);
   void land(uint32_t index);
   bool nicDown(const FakeEngine* engine, size_t rail) const;
+  bool nicSilent(const FakeEngine* engine, size_t rail) const;
   void finish(uint32_t index);
   void release(uint32_t index);
   void landWrite(Transfer& transfer);
@@ -279,9 +301,11 @@ class FakeFabric {
   bool pumping_ = false;
   std::function<void(uint64_t, size_t)> writeObserver_;
   std::function<void(uint64_t)> failedWriteObserver_;
-  uint32_t downRails_ = 0;          // bit r: rail r failed (failRail)
-  std::vector<uint32_t> downNics_;  // per engine id, bit r: its rail r failed (failNic)
-  int restoredRail_ = -1;           // the rail restoreRail brought back last
+  uint32_t downRails_ = 0;            // bit r: rail r failed (failRail)
+  std::vector<uint32_t> downNics_;    // per engine id, bit r: its rail r failed (failNic)
+  std::vector<uint32_t> silentNics_;  // per engine id, bit r: its rail r is silent (silenceNic)
+  std::vector<uint32_t> withheld_;    // transfers a silent NIC withholds
+  int restoredRail_ = -1;             // the rail restoreRail brought back last
   uint32_t landedOneIn_ = 0;
   FakeStats stats_;
 };

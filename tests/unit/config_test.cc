@@ -118,6 +118,8 @@ const ShippedDefault kShippedDefaults[] = {
     {Param::kEagerMax, "NCCL_FABRIC_EAGER_MAX", "8192", 8192},
     // A failed rail is tried again every second: back within 5 s of its link (issue 27).
     {Param::kRailProbeMs, "NCCL_FABRIC_RAIL_PROBE_MS", "1000", 1000},
+    // A write stuck 2 s while the peer's other rails complete: far beyond SRD's retransmits.
+    {Param::kRailTimeoutMs, "NCCL_FABRIC_RAIL_TIMEOUT_MS", "2000", 2000},
     {Param::kPeerCheckMs, "NCCL_FABRIC_PEER_CHECK_MS", "1000", 1000},
     // Healthy ranks wait for hours (checkpoints, evaluation): no request timeout unless asked.
     {Param::kRequestTimeoutS, "NCCL_FABRIC_REQUEST_TIMEOUT_S", "0", 0},

@@ -274,6 +274,63 @@ TEST(RdmaFailoverOverFakeFabric, APeersNicFailingMidRunBreaksOnePathAndLosesNoth
   EXPECT_GT(failed, 0u);
 }
 
+// A peer's NIC goes silent (issue 27, core/silence_watch.h): the receiving device's NIC of a rail
+// other than the leader neither delivers nor fails what goes through it from a random point of a
+// mixed run on (a quarter of it landed, its completion withheld), 20 runs of 2 and 4 rails; on
+// every other run it comes back later, and what it still withheld then lands, late. The sender's
+// writes on that rail stop completing while its others complete: once NCCL_FABRIC_RAIL_TIMEOUT_MS
+// of fake time has passed it takes the path down (its own NIC's read works), takes the stuck
+// writes back (removing the peer's address drops them) and writes them again elsewhere after
+// asking. Every message lands once, whole: a write not taken back would land twice when the NIC
+// comes back, or never; the sender names the path once and keeps its rails up.
+TEST(RdmaFailoverOverFakeFabric, APeersNicGoingSilentMidRunIsFoundAndLosesNothing) {
+  constexpr int kSeeds = 20;
+  uint64_t withheld = 0, dropped = 0, landed = 0;
+  const uint64_t first = firstSeed(341);
+  for (uint64_t seed = first; seed < first + kSeeds; ++seed) {
+    FailoverRun run(seed, [](FakePlugin::Options& options) {
+      options.settings["NCCL_FABRIC_RAIL_TIMEOUT_MS"] = "20";
+    });
+    ASSERT_TRUE(run.connected());
+    const uint64_t messages = messagesToRun() / kSeeds;
+    const uint64_t silentAt = messages / 5 + run.pick()() % (messages * 2 / 5);
+    const bool restores = seed % 2 == 0;
+    const size_t receiver = run.fake().engine(1).id();
+    bool silenced = false, restored = false;
+    run.drive(messages, /*largePerMille=*/40, false, 64, [&](uint64_t ended) {
+      if (!silenced && ended >= silentAt) {
+        run.fabric().silenceNic(receiver, run.failing(), 4);
+        silenced = true;
+      } else if (silenced && restores && !restored && ended >= silentAt + messages / 5) {
+        run.fabric().restoreNic(receiver, run.failing());
+        restored = true;
+      }
+    });
+    if (HasFatalFailure()) return;
+    EXPECT_TRUE(silenced);
+    EXPECT_EQ(restored, restores);
+    EXPECT_GT(run.fabric().stats().withheldDropped, 0u) << "no stuck write was taken back";
+    {
+      core::Device& sender = run.fake().device(0);
+      std::lock_guard<fabric::DomainLock> lock(sender.domainLock());
+      EXPECT_TRUE(sender.railHealth().allUp()) << "the sender's healthy NIC was taken down";
+      if (!restores) {
+        EXPECT_EQ(sender.pathHealth().downCount(), 1u) << "the path to the receiver";
+      }
+    }
+    run.expectEveryMessageOnce(1, 1);
+    withheld += run.fabric().stats().withheld;
+    dropped += run.fabric().stats().withheldDropped;
+    landed += run.fabric().stats().withheldLanded;
+  }
+  printf(
+      "[ failover ] %d seeds, a peer's NIC going silent: %llu transfers withheld (%llu landed), "
+      "%llu taken back\n",
+      kSeeds, static_cast<unsigned long long>(withheld), static_cast<unsigned long long>(landed),
+      static_cast<unsigned long long>(dropped));
+  EXPECT_GT(landed, 0u);
+}
+
 // How `request` ended (test()'s result), both devices progressing meanwhile; kInProgress when it
 // did not end within a bound no healthy run comes near.
 abi::Result endOf(FakePlugin& fake, core::Request* request) {

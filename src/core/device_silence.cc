@@ -1,0 +1,80 @@
+// Paths whose writes go silent (core/silence_watch.h): a write that neither completes nor fails
+// gives the device nothing to react to (a NIC reset on efa, whose provider reads no device
+// events; a link that dies under a write that was already acknowledged to nobody). Each send
+// comm of several rails is looked at every quarter of NCCL_FABRIC_RAIL_TIMEOUT_MS from the
+// keeper's turn; a rail beyond the leader found silent is handled as a failed write's path, and
+// its stuck writes are taken back as an endpoint error's stranded ones are (device_endpoint.cc).
+// The leader is left to the peer's liveness (its pings and NCCL_FABRIC_REQUEST_TIMEOUT_S): its
+// address carries the control channel of every comm to that peer, and removing it would drop
+// what they have in flight unseen.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/data_comm.h"
+#include "core/device.h"
+#include "log/log.h"
+
+namespace nnf::core {
+
+uint64_t Device::lookForSilentPaths(uint64_t now) {
+  if (silenceBoundNs_ == 0 || railCount_ < 2) return UINT64_MAX;
+  const uint64_t interval = std::max<uint64_t>(silenceBoundNs_ / 4, 1);
+  if (now < nextSilenceLookNs_) return nextSilenceLookNs_ - now;
+  nextSilenceLookNs_ = now + interval;
+  bool watching = false;
+  std::vector<std::pair<size_t, fi_addr_t>> silent;
+  forEachDataComm([&](DataComm& comm) {
+    if (comm.kind() != Comm::Kind::kSend || comm.rails() < 2) return;
+    uint32_t busy = comm.railsWriting();
+    watching |= busy != 0;
+    uint32_t rails = comm.silence().look(now, busy, comm.rails(), silenceBoundNs_);
+    for (size_t r = 1; r < comm.rails(); ++r) {
+      // Once a path: its comms' writes are all taken back together (and its address replaced).
+      std::pair<size_t, fi_addr_t> path(r, comm.peer(r));
+      if ((rails & (1u << r)) != 0 && std::find(silent.begin(), silent.end(), path) == silent.end())
+        silent.push_back(path);
+    }
+  });
+  // After the walk: taking writes back fails requests, and their owners may post again.
+  for (const auto& [rail, peer] : silent) pathWentSilent(rail, peer);
+  // A broken path's probe that neither arrived nor failed within the bound: the path is still
+  // silent. Taken back, it fails, and the path is probed again later.
+  if (pathProbe_ != nullptr && now > silenceBoundNs_) {
+    std::vector<std::pair<size_t, fi_addr_t>> overdue;
+    pathProbe_->forEachPostedBefore(now - silenceBoundNs_,
+                                    [&](Operation& op) { overdue.emplace_back(op.rail, op.peer); });
+    for (const auto& [rail, peer] : overdue) {
+      std::vector<fi_addr_t> peers{peer};
+      takeBack(rail, peers, "a path probe that went unanswered");
+    }
+  }
+  return watching ? interval : UINT64_MAX;
+}
+
+void Device::pathWentSilent(size_t rail, fi_addr_t peer) {
+  char what[PathHealth::kWhatBytes];
+  snprintf(what, sizeof(what),
+           "completed no write to a peer for %llu ms while the same peer's writes on other rails "
+           "did (NCCL_FABRIC_RAIL_TIMEOUT_MS)",
+           static_cast<unsigned long long>(silenceBoundNs_ / 1000000));
+  std::string peerName = peerText(rail, peer);
+  if (railHealth_.state(rail) == RailState::kUp) {
+    // As a failed write's path (pathBroke): our NIC is asked at once whether it broke itself.
+    if (pathProbe_ == nullptr || peer == selfAddresses_[rail]) {
+      railPathBroke(rail, what);
+    } else if (takePathDown(rail, peer, what)) {
+      classifyRail(rail);
+    }
+  }
+  std::vector<fi_addr_t> peers{peer};
+  size_t count = takeBack(rail, peers, "stuck on a silent path");
+  NNF_INFO(abi::kLogSubsysNet,
+           "device %d: rail %zu (NIC %s) %s: %zu write(s) to the peer at %s stuck on it taken back "
+           "and sent again on the rails left",
+           index_, rail, railName(rail), what, count, peerName.c_str());
+}
+
+}  // namespace nnf::core

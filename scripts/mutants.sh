@@ -363,6 +363,19 @@ table() {
   mutant path-nic-failure-unseen src/core/device_paths.cc \
     'const bool ourNicFailed = error != 0;' 'const bool ourNicFailed = false;' \
     failover_test 'Failover.ARailWhosePathBreaks*' NNF_TEST_PROVIDER=efa+rdma+2rails
+
+  # Silent paths (core/silence_watch.h): writes that neither complete nor fail are found by the
+  # comm's other rails completing, taken back and sent again; a slow peer (every rail stuck) is
+  # not judged; a path probe that goes unanswered is taken back, so that the path can rejoin.
+  mutant silence-not-taken-back src/core/device_silence.cc \
+    'size_t count = takeBack(rail, peers, "stuck on a silent path");' 'size_t count = 0;' \
+    rdma_failover_test 'RdmaFailoverOverFakeFabric.APeersNicGoingSilent*' -
+  mutant silence-judges-a-slow-peer src/core/silence_watch.cc \
+    'if ((stuck & bit) == 0 || (stuck & ~bit) != 0) continue;' 'if ((stuck & bit) == 0) continue;' \
+    silence_watch_test 'SilenceWatch.*' -
+  mutant silence-probe-never-taken-back src/core/device_silence.cc \
+    'takeBack(rail, peers, "a path probe that went unanswered");' '(void)peers;' \
+    failover_test 'Failover.APeersSilentNic*' NNF_TEST_PROVIDER=efa+rdma+2rails
 }
 
 # ---------------------------------------------------------------------------------------------

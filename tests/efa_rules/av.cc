@@ -2,6 +2,7 @@
 // completions' source addresses need no translation. With several NICs it also learns which NIC
 // each address belongs to (addresses.cc), for the remote-key-domain rule.
 #include "efa_rules.h"
+#include "link.h"
 
 namespace efa_rules {
 namespace {
@@ -29,6 +30,7 @@ int removeAddr(fid_av* av, fi_addr_t* fiAddr, size_t count, uint64_t flags) {
     std::lock_guard<std::mutex> guard(ours->mutex);
     for (size_t i = 0; fiAddr != nullptr && i < count; ++i) ours->nics.erase(fiAddr[i]);
   }
+  for (size_t i = 0; fiAddr != nullptr && i < count; ++i) forgetWithheld(ours, fiAddr[i]);
   return fi_av_remove(baseOf(av), fiAddr, count, flags);
 }
 

@@ -16,6 +16,8 @@ using namespace efa_rules_test;
 
 inline constexpr int kOptLinkDown = kOptEfaBase + 0x102;
 inline constexpr int kOptLinkFailed = kOptEfaBase + 0x103;
+inline constexpr int kOptLinkWithheld = kOptEfaBase + 0x104;
+inline constexpr int kOptLinkForgotten = kOptEfaBase + 0x105;
 constexpr int kEstablishedRecvUnresp = 4124;  // EFA's prov_errno: the peer answered before
 constexpr int kUnreachRemote = 15;            // EFA's prov_errno: the peer never answered
 
@@ -50,6 +52,13 @@ uint64_t failedByLinks(Node& node) {
   uint64_t count = 0;
   size_t len = sizeof(count);
   REQUIRE(fi_getopt(&node.ep->fid, FI_OPT_ENDPOINT, kOptLinkFailed, &count, &len) == 0);
+  return count;
+}
+
+uint64_t counter(Node& node, int option) {
+  uint64_t count = 0;
+  size_t len = sizeof(count);
+  REQUIRE(fi_getopt(&node.ep->fid, FI_OPT_ENDPOINT, option, &count, &len) == 0);
   return count;
 }
 
@@ -349,6 +358,68 @@ TEST_P(EfaRules, LinkGoesDownAfterMillisecondsAndComesBack) {
     nic0.waitOne(&landed);
     REQUIRE(landed.data == 3);
     REQUIRE(failedByLinks(nic1) == 1);
+    fi_close(&dstMr->fid);
+    fi_close(&srcMr->fid);
+    nic1.close();
+    nic0.close();
+  }));
+}
+
+// A silent link ("s1" in the control file): a write posted on it is taken and neither lands nor
+// completes, however long the initiator waits, until it removes the target's address; the
+// address inserted again works once the link is mended. What the plugin's silence watch must
+// find and take back (docs/failover.md).
+TEST_P(EfaRules, ASilentLinkSwallowsWritesUntilTheirPeerIsRemoved) {
+  EXPECT_TRUE(runChildren(1, [&](int, int) {
+    std::string control = controlPath();
+    unlink(control.c_str());
+    linkEnv(GetParam(), {{"NNF_EFA_RULES_FAIL_FILE", control}});
+    Node nic0, nic1;
+    Options second;
+    second.nic = 1;
+    nic0.open(Options{});
+    nic1.open(second);
+    nic0.enable();
+    nic1.enable();
+    fi_addr_t to0 = nic1.insert(nic0);
+    std::vector<unsigned char> src(4096, 0x5a), dst(4096, 0);
+    fid_mr* srcMr = nic1.reg(src.data(), src.size(), FI_WRITE);
+    fid_mr* dstMr = nic0.reg(dst.data(), dst.size(), FI_REMOTE_WRITE);
+    auto dstAddr = reinterpret_cast<uintptr_t>(dst.data());
+    fi_context2 ctx{};
+    REQUIRE(POST_WITH(nic1, nic0,
+                      fi_writedata(nic1.ep, src.data(), 8, fi_mr_desc(srcMr), 1, to0, dstAddr,
+                                   fi_mr_key(dstMr), &ctx)) == 0);
+    REQUIRE(WAIT_SUCCESS(nic1, nic0) == &ctx);
+    nic0.waitOne();
+    std::memset(dst.data(), 0, dst.size());
+    writeControl(control, "s1\n");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // read at most every 1 ms
+    REQUIRE(downMask(nic1) == 0);  // silent is not down
+    REQUIRE(fi_writedata(nic1.ep, src.data(), src.size(), fi_mr_desc(srcMr), 2, to0, dstAddr,
+                         fi_mr_key(dstMr), &ctx) == 0);
+    fi_cq_tagged_entry entry{};
+    for (int i = 0; i < 20000; ++i) {
+      REQUIRE(fi_cq_read(nic1.cq, &entry, 1) == -FI_EAGAIN);
+      REQUIRE(fi_cq_read(nic0.cq, &entry, 1) == -FI_EAGAIN);
+    }
+    for (unsigned char c : dst) REQUIRE(c == 0);  // nothing landed
+    REQUIRE(counter(nic1, kOptLinkWithheld) == 1);
+    REQUIRE(failedByLinks(nic1) == 0);
+    REQUIRE(fi_av_remove(nic1.av, &to0, 1, 0) == 0);
+    REQUIRE(counter(nic1, kOptLinkForgotten) == 1);
+    writeControl(control, "");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    to0 = nic1.insert(nic0);
+    REQUIRE(POST_WITH(nic1, nic0,
+                      fi_writedata(nic1.ep, src.data(), 64, fi_mr_desc(srcMr), 3, to0, dstAddr,
+                                   fi_mr_key(dstMr), &ctx)) == 0);
+    REQUIRE(WAIT_SUCCESS(nic1, nic0) == &ctx);
+    fi_cq_tagged_entry landed{};
+    nic0.waitOne(&landed);
+    REQUIRE(landed.data == 3);
+    REQUIRE(std::memcmp(dst.data(), src.data(), 64) == 0);
+    unlink(control.c_str());
     fi_close(&dstMr->fid);
     fi_close(&srcMr->fid);
     nic1.close();

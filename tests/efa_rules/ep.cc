@@ -179,6 +179,10 @@ int getopt(fid* f, int level, int optname, void* optval, size_t* optlen) {
       return put<uint32_t>(linkDownMask(), optval, optlen);
     case kOptEfaRulesLinkFailed:
       return put<uint64_t>(linkFailedOperations(), optval, optlen);
+    case kOptEfaRulesLinkWithheld:
+      return put<uint64_t>(linkWithheldOperations(), optval, optlen);
+    case kOptEfaRulesLinkForgotten:
+      return put<uint64_t>(linkForgottenOperations(), optval, optlen);
     case kOptCudaApiPermitted:
       return put<bool>(options.cudaApiPermitted != 0, optval, optlen);
     case kOptSharedMemoryPermitted:

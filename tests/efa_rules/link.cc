@@ -15,8 +15,15 @@
 // down completes with the same error, its bytes possibly landed (the acknowledgement lost): the
 // target may count it and see it again when it is sent once more. Receives stay posted.
 //
+// A NIC the file names as silent ("s1") swallows instead: a transmit posted on it or to it is
+// taken and never completes, and one taken before whose completion is read while silent never
+// completes either (its bytes possibly landed), as a NIC reset or a dead link that the device
+// reports nothing about; until its initiator removes the target's address (fi_av_remove), after
+// which nothing of it ever comes. Mending the link does not bring them back.
+//
 // Each process publishes the NICs it sees down in <shared directory>/health-<pid> (a 32-bit
-// mask in a page mapped shared), so that its peers' initiators fail what they address to it;
+// mask in a page mapped shared, its silent ones in the next word), so that its peers' initiators
+// fail what they address to it;
 // the target of an operation is known where endpoints publish their NIC (several NICs).
 #include "link.h"
 
@@ -33,6 +40,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "post.h"
 
@@ -73,6 +82,8 @@ struct Target {
 struct Inflight {
   int nic;  // the initiator's
   Target target;
+  Av* av;  // where it went (a silent link withholds its completion under that entry)
+  fi_addr_t dest;
 };
 
 class Links {
@@ -109,12 +120,14 @@ class Links {
       // The file speaks for every process; FILE.<pid>, where it exists, for that one alone (a
       // peer's NIC that breaks while ours work).
       fileMask_ = 0;
+      silentMask_ = 0;
       for (const std::string& path :
            {controls_.file, controls_.file + "." + std::to_string(getpid())}) {
         std::ifstream in(path);
         std::stringstream text;
         if (in) text << in.rdbuf();
         fileMask_ |= parseDownNics(text.str());
+        silentMask_ |= parseSilentNics(text.str());
       }
     }
     return publishLocked();
@@ -152,9 +165,15 @@ class Links {
     }
   }
 
-  // The NICs process `pid` sees down; 0 for a process that publishes nothing.
-  uint32_t peerMask(long pid) {
-    if (pid == getpid()) return mask();
+  // This process's silent NICs (mask() brings them up to date).
+  uint32_t silentMask() {
+    mask();
+    std::lock_guard<std::mutex> guard(mutex_);
+    return silentMask_;
+  }
+  // The NICs process `pid` sees down (`silent`: silent); 0 for a process that publishes nothing.
+  uint32_t peerMask(long pid, bool silent = false) {
+    if (pid == getpid()) return silent ? silentMask() : mask();
     std::lock_guard<std::mutex> guard(mutex_);
     PeerHealth& peer = peers_[pid];
     if (peer.word == nullptr && SteadyClock::now() >= peer.retryAt) {
@@ -166,7 +185,7 @@ class Links {
         if (page != MAP_FAILED) peer.word = static_cast<const std::atomic<uint32_t>*>(page);
       }
     }
-    return peer.word != nullptr ? peer.word->load(std::memory_order_acquire) : 0;
+    return peer.word != nullptr ? peer.word[silent ? 1 : 0].load(std::memory_order_acquire) : 0;
   }
 
   // The target of `dest` as `ep` sees it, learnt once per address vector entry; an unknown one
@@ -216,7 +235,30 @@ class Links {
     return true;
   }
 
+  // Transmits a silent link swallowed (posted, or taken by the base with their completion read
+  // while silent), by the address vector entry they went to: never completed, until the entry
+  // is removed (forgotten then, as efa forgets what it holds for a removed peer).
+  void withhold(Av* av, fi_addr_t dest) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    withheld_.emplace_back(av, dest);
+    ++withheldCount;
+  }
+  void forgetWithheld(Av* av, fi_addr_t dest) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (size_t i = 0; i < withheld_.size();) {
+      if (withheld_[i] != std::make_pair(av, dest)) {
+        ++i;
+        continue;
+      }
+      withheld_[i] = withheld_.back();
+      withheld_.pop_back();
+      ++forgottenCount;
+    }
+  }
+
   std::atomic<uint64_t> failed{0};
+  std::atomic<uint64_t> withheldCount{0};
+  std::atomic<uint64_t> forgottenCount{0};
 
  private:
   struct KnownTarget {
@@ -268,10 +310,22 @@ class Links {
     }
     if (fd >= 0) close(fd);
     published_ = 0;
+    publishedSilent_ = 0;
   }
 
   uint32_t publishLocked() {
     if (ownerPid_ != getpid()) openOwnFile();
+    if (silentMask_ != publishedSilent_) {
+      for (int nic = 0; nic < kMaxNics; ++nic) {
+        uint32_t bit = 1u << nic;
+        if ((silentMask_ ^ publishedSilent_) & bit) {
+          std::fprintf(stderr, "efa-rules: pid %d: NIC %d link %s\n", static_cast<int>(getpid()),
+                       nic, (silentMask_ & bit) ? "silent" : "no longer silent");
+        }
+      }
+      publishedSilent_ = silentMask_;
+      if (own_ != nullptr) own_[1].store(silentMask_, std::memory_order_release);
+    }
     uint32_t mask = fileMask_;
     if (opsDown_) mask |= 1u << controls_.ops.nic;
     if (msDown_) mask |= 1u << controls_.ms.nic;
@@ -297,13 +351,16 @@ class Links {
   bool msStarted_ = false, msDown_ = false, msDone_ = false;
   SteadyClock::time_point msFirst_{}, msDownAt_{}, nextFileRead_{};
   uint32_t fileMask_ = 0;
+  uint32_t silentMask_ = 0;  // the file's silent NICs ("s1")
   uint32_t published_ = 0;
+  uint32_t publishedSilent_ = 0;
   std::atomic<uint32_t>* own_ = nullptr;
   long ownerPid_ = 0;
   std::map<long, PeerHealth> peers_;
   std::map<std::pair<Av*, fi_addr_t>, KnownTarget> targets_;
   std::set<std::pair<Ep*, fi_addr_t>> reached_;
   std::map<std::pair<Cq*, void*>, Inflight> inflight_;
+  std::vector<std::pair<Av*, fi_addr_t>> withheld_;
 };
 
 bool isTransmit(const Post& post) {
@@ -314,6 +371,13 @@ bool isTransmit(const Post& post) {
 bool linkDown(Links& links, int nic, const Target& target) {
   if (links.mask() & (1u << nic)) return true;
   return target.pid != 0 && target.nic >= 0 && (links.peerMask(target.pid) & (1u << target.nic));
+}
+
+// Whether that link is silent: what goes over it neither arrives nor fails.
+bool linkSilent(Links& links, int nic, const Target& target) {
+  if (links.silentMask() & (1u << nic)) return true;
+  return target.pid != 0 && target.nic >= 0 &&
+         (links.peerMask(target.pid, true) & (1u << target.nic));
 }
 
 }  // namespace
@@ -341,23 +405,41 @@ bool parseLinkSchedule(const char* text, LinkSchedule* out) {
   return true;
 }
 
-uint32_t parseDownNics(const std::string& text) {
+namespace {
+
+// The NICs a control file names, plain ("1") or silent ("s1").
+uint32_t parseNics(const std::string& text, bool silent) {
   uint32_t mask = 0;
   std::string item;
+  bool itemSilent = false;
+  char before = ' ';
   auto take = [&] {
-    if (!item.empty() && item.size() <= 2 && std::atoi(item.c_str()) < kMaxNics)
+    if (!item.empty() && itemSilent == silent && item.size() <= 2 &&
+        std::atoi(item.c_str()) < kMaxNics)
       mask |= 1u << std::atoi(item.c_str());
     item.clear();
   };
   for (char c : text) {
     if (c >= '0' && c <= '9') {
+      if (item.empty()) itemSilent = before == 's';
       item += c;
     } else {
       take();
     }
+    before = c;
   }
   take();
   return mask;
+}
+
+}  // namespace
+
+uint32_t parseDownNics(const std::string& text) {
+  return parseNics(text, false);
+}
+
+uint32_t parseSilentNics(const std::string& text) {
+  return parseNics(text, true);
 }
 
 bool linksControlled() {
@@ -374,7 +456,12 @@ bool failedByLink(Ep* ep, const Post& post) {
   if (!links.active() || !isTransmit(post)) return false;
   Target target = links.targetOf(ep, post.addr);
   links.advanceOperations();
-  if (!linkDown(links, ep->domain->nic, target)) return false;
+  if (!linkDown(links, ep->domain->nic, target)) {
+    if (!linkSilent(links, ep->domain->nic, target)) return false;
+    links.counted(ep->domain->nic);
+    links.withhold(ep->av, post.addr);  // taken, and never heard of again
+    return true;
+  }
   links.counted(ep->domain->nic);  // taken ones count when the base took them (noteTransmit)
   ++links.failed;
   bool reached = links.reached(ep, post.addr);
@@ -397,7 +484,8 @@ void noteTransmit(Ep* ep, const Post& post) {
   links.counted(ep->domain->nic);
   links.markReached(ep, post.addr);
   if (post.inject || post.context == nullptr || ep->txCq == nullptr) return;
-  links.track(ep->txCq, post.context, Inflight{ep->domain->nic, links.targetOf(ep, post.addr)});
+  links.track(ep->txCq, post.context,
+              Inflight{ep->domain->nic, links.targetOf(ep, post.addr), ep->av, post.addr});
 }
 
 bool linkFailsCompletion(Cq* cq, const fi_cq_tagged_entry& entry) {
@@ -408,7 +496,11 @@ bool linkFailsCompletion(Cq* cq, const fi_cq_tagged_entry& entry) {
   }
   Inflight inflight{};
   if (!links.untrack(cq, entry.op_context, &inflight)) return false;
-  if (!linkDown(links, inflight.nic, inflight.target)) return false;
+  if (!linkDown(links, inflight.nic, inflight.target)) {
+    if (!linkSilent(links, inflight.nic, inflight.target)) return false;
+    links.withhold(inflight.av, inflight.dest);  // landed, perhaps; its completion never comes
+    return true;
+  }
   ++links.failed;
   fi_cq_err_entry error{};
   error.op_context = entry.op_context;
@@ -436,6 +528,19 @@ uint32_t linkDownMask() {
 
 uint64_t linkFailedOperations() {
   return Links::get().failed.load();
+}
+
+void forgetWithheld(Av* av, fi_addr_t dest) {
+  Links& links = Links::get();
+  if (links.active()) links.forgetWithheld(av, dest);
+}
+
+uint64_t linkWithheldOperations() {
+  return Links::get().withheldCount.load();
+}
+
+uint64_t linkForgottenOperations() {
+  return Links::get().forgottenCount.load();
 }
 
 }  // namespace efa_rules

@@ -33,6 +33,8 @@ bool parseLinkSchedule(const char* text, LinkSchedule* out);
 // The NICs a control file names: numbers below kMaxNics separated by commas or white space;
 // anything else in it is ignored. An empty or missing file names none.
 uint32_t parseDownNics(const std::string& text);
+// The NICs it names silent: a number right after an 's' ("s1").
+uint32_t parseSilentNics(const std::string& text);
 
 // Whether this process has any link control (read once, at the first call).
 bool linksControlled();
@@ -64,5 +66,10 @@ const char* linkErrorText(int provErrno);
 // For tests (getopt): the NICs down in this process's view, and the operations failed so far.
 uint32_t linkDownMask();
 uint64_t linkFailedOperations();
+// Transmits a silent link withheld so far, and of those, the ones forgotten by fi_av_remove.
+uint64_t linkWithheldOperations();
+uint64_t linkForgottenOperations();
+// fi_av_remove of `dest` on `av`: what a silent link withheld for it is forgotten.
+void forgetWithheld(Av* av, fi_addr_t dest);
 
 }  // namespace efa_rules

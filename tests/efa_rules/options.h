@@ -25,6 +25,10 @@ constexpr int kOptEfaRulesHandshakeEagains = kOptEfaRnrRetry + 0x101;
 // the transmit operations failed so far because a link was down (uint64_t; link.cc).
 constexpr int kOptEfaRulesLinkDown = kOptEfaRnrRetry + 0x102;
 constexpr int kOptEfaRulesLinkFailed = kOptEfaRnrRetry + 0x103;
+// Ours, for tests: the transmits a silent link withheld so far, and of those, the ones forgotten
+// because their initiator removed the target's address (uint64_t each; link.cc).
+constexpr int kOptEfaRulesLinkWithheld = kOptEfaRnrRetry + 0x104;
+constexpr int kOptEfaRulesLinkForgotten = kOptEfaRnrRetry + 0x105;
 
 static_assert(FI_OPT_EFA_RNR_RETRY == kOptEfaRnrRetry, "fi_ext.h disagrees");
 #if NNF_EFA_RULES_HAVE_CUDA_API_PERMITTED

@@ -71,7 +71,11 @@
 //   NNF_EFA_RULES_FAIL_AFTER_MS   n:T[:T2]: NIC n's link goes down T ms after the first transmit
 //                           operation on it, and comes back T2 ms later (0 or absent: never)
 //   NNF_EFA_RULES_FAIL_FILE path: the NICs the file names (numbers, comma or space separated)
-//                           are down while it names them; read at most every millisecond
+//                           are down while it names them; read at most every millisecond. A
+//                           number after an 's' ("s1") names a silent NIC instead: what goes
+//                           through it is taken and never completes, until its initiator removes
+//                           the target's address (fi_av_remove), which forgets it (link.cc;
+//                           getopt kOptEfaRulesLinkWithheld / kOptEfaRulesLinkForgotten)
 //                           While a link is down (link.cc), as EFA's initiators see a dead NIC: a
 //                           transmit posted on it or to an endpoint on a NIC whose process sees it
 //                           down is taken and completes in error (FI_ECONNABORTED, prov_errno 4124

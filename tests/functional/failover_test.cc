@@ -756,17 +756,23 @@ TEST(Failover, WindowsInFlightWhenTheLeaderBreaksArriveWhole) {
 // within seconds, one INFO line says so, and the comm stripes over the rail again. Before paths
 // were told apart, the sender's rail went down for every peer (and the probe of its own NIC
 // brought it back only to fail again at the next write to the broken peer).
-// `kHealthy`: messages before the receiver's NIC breaks.
-void peerNicBreaks(int rail, int kHealthy) {
+// `kHealthy`: messages before the receiver's NIC breaks. `silent`: it goes silent instead (what
+// goes through it neither arrives nor fails: the stand-in's "s<n>"), and the sender finds the path
+// by its writes that stop completing there while its others complete (NCCL_FABRIC_RAIL_TIMEOUT_MS,
+// 300 ms here), takes them back and writes them again elsewhere; the path's probes go unanswered
+// until the NIC is mended (each is taken back after the same bound).
+void peerNicBreaks(int rail, int kHealthy, bool silent = false) {
   REQUIRE_RAILS();
   if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  ScopedEnv env;
+  if (silent) env.set("NCCL_FABRIC_RAIL_TIMEOUT_MS", "300");
   constexpr int kMended = 13;  // messages before it is mended
   constexpr int kMessages = 19;
   constexpr int kStriped = 1 << 20;
   const int kSizes[3] = {64 << 10, 1024, kStriped};
   auto sizeOf = [&](int i) { return i < kMended ? kSizes[i % 3] : kStriped; };
   LinkControl links("failover-peer-nic-" + std::to_string(rail));
-  const std::string down = std::to_string(rail);
+  const std::string down = (silent ? "s" : "") + std::to_string(rail);
   const std::string nic =
       "rail " + std::to_string(rail) + " (NIC " + efaRulesDomainName(rail) + ")";
   auto sender = [&](Peer& peer) {
@@ -889,6 +895,17 @@ TEST(Failover, APeersBrokenLeaderNicLeavesTheLeaderToEveryOtherPeer) {
 // handshake fails the same way until the NIC is mended).
 TEST(Failover, APeersNicDownBeforeOurFirstWriteToItBreaksOnePath) {
   peerNicBreaks(1, 0);
+}
+
+// A peer's NIC goes silent (a NIC reset, a link that drops everything, with no error for efa to
+// report): the 1 KiB message whose turn is that rail neither lands nor fails. Our writes to that
+// peer on the other rails complete, so after the bound the path is named as broken (our own NIC's
+// read works), the stuck share is taken back (its peer's address removed: the stand-in forgets it
+// then, as efa does) and written again on another rail, and the later messages leave the path
+// out. The stand-in only: the software EFA device has no silent link.
+TEST(Failover, APeersSilentNicIsFoundAndLeavesTheRailToEveryOtherPeer) {
+  if (onSoftEfa()) GTEST_SKIP() << "the software EFA device has no silent link";
+  peerNicBreaks(1, 7, /*silent=*/true);
 }
 
 }  // namespace

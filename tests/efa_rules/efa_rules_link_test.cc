@@ -395,7 +395,7 @@ TEST_P(EfaRules, ASilentLinkSwallowsWritesUntilTheirPeerIsRemoved) {
     std::memset(dst.data(), 0, dst.size());
     writeControl(control, "s1\n");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // read at most every 1 ms
-    REQUIRE(downMask(nic1) == 0);  // silent is not down
+    REQUIRE(downMask(nic1) == 0);                               // silent is not down
     REQUIRE(fi_writedata(nic1.ep, src.data(), src.size(), fi_mr_desc(srcMr), 2, to0, dstAddr,
                          fi_mr_key(dstMr), &ctx) == 0);
     fi_cq_tagged_entry entry{};

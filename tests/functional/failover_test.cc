@@ -833,6 +833,10 @@ void peerNicBreaks(int rail, int kHealthy, bool silent = false) {
         if (!onSoftEfa()) {
           ASSERT_NO_FATAL_FAILURE(selfTrafficUsesEveryRail());
         }
+        // A silent NIC stays so past the path's first probe (NCCL_FABRIC_RAIL_PROBE_MS, 1 s after
+        // the path went down), which it swallows: that probe never answers, and the path rejoins
+        // only because it is taken back after the bound and a later one is posted.
+        if (silent) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
         ASSERT_NO_FATAL_FAILURE(links.setDownFor(receiverPid, ""));
         // Our keeper probes the path: nobody needs to call the plugin meanwhile.
         const std::string back = nic + " to the peer at";

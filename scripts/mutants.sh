@@ -365,17 +365,21 @@ table() {
     failover_test 'Failover.ARailWhosePathBreaks*' NNF_TEST_PROVIDER=efa+rdma+2rails
 
   # Silent paths (core/silence_watch.h): writes that neither complete nor fail are found by the
-  # comm's other rails completing, taken back and sent again; a slow peer (every rail stuck) is
-  # not judged; a path probe that goes unanswered is taken back, so that the path can rejoin.
+  # comm's other rails completing (or a ping's), taken back and sent again where the provider can
+  # forget them (the fake fabric; efa from libfabric 2.3), or left to fail where it cannot (2.1:
+  # the functional test); a slow peer (every rail stuck) is not judged.
   mutant silence-not-taken-back src/core/device_silence.cc \
     'size_t count = takeBack(rail, peers, "stuck on a silent path");' 'size_t count = 0;' \
     rdma_failover_test 'RdmaFailoverOverFakeFabric.APeersNicGoingSilent*' -
+  mutant silence-no-witness-ping src/core/device_silence.cc \
+    'if ((found.unwitnessed & ~1u) != 0) comm.pingForWitness();' '' \
+    failover_test 'Failover.APeersSilentNic*' NNF_TEST_PROVIDER=efa+rdma+2rails
+  mutant silence-path-left-up src/core/device_silence.cc \
+    '    } else if (takePathDown(rail, peer, what)) {' '    } else if (false) {' \
+    failover_test 'Failover.APeersSilentNic*' NNF_TEST_PROVIDER=softefa+rdma+2rails
   mutant silence-judges-a-slow-peer src/core/silence_watch.cc \
     'if ((stuck & bit) == 0 || (stuck & ~bit) != 0) continue;' 'if ((stuck & bit) == 0) continue;' \
     silence_watch_test 'SilenceWatch.*' -
-  mutant silence-probe-never-taken-back src/core/device_silence.cc \
-    'takeBack(rail, peers, "a path probe that went unanswered");' '(void)peers;' \
-    failover_test 'Failover.APeersSilentNic*' NNF_TEST_PROVIDER=efa+rdma+2rails
 }
 
 # ---------------------------------------------------------------------------------------------

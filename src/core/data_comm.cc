@@ -178,6 +178,7 @@ void DataComm::onComplete(Operation& op, size_t length) {
   Request* request = op.request;
   if (request == nullptr) {
     if (isPing(op)) {
+      if (rails_ > 1) silence_.landed(op.rail);  // the peer answers over that rail
       onPing(op, 0, nullptr);
     } else if (!device().protocol().onOwnCompletion(*this, op, 0)) {
       onControlComplete(op, length);

@@ -68,6 +68,9 @@ class DataComm : public Comm {
   // Whether the comm's writes stop completing on one rail (core/silence_watch.h), and the rails
   // on which one of its requests' writes is with the provider (bit r), for the device's looks.
   SilenceWatch& silence() { return silence_; }
+  // A ping to the peer over the comm's control rail (the leader while it is up), whose delivery
+  // counts for that rail (SilenceWatch::Findings::unwitnessed); none while one is in flight.
+  void pingForWitness() { sendPing(); }
   uint32_t railsWriting() {
     uint32_t busy = 0;
     forEachRequest([&](Request& request) {

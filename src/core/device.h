@@ -339,6 +339,7 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   uint64_t strandedDueNs_[memory::kMaxRails] = {};
   uint64_t silenceBoundNs_ = 0;  // NCCL_FABRIC_RAIL_TIMEOUT_MS (0: not watched)
   uint64_t nextSilenceLookNs_ = 0;
+  bool silenceWatching_ = false;  // the last look found a write in flight
   std::string provider_;
   bool localOnly_ = false;
   size_t injectLimit_ = 0;

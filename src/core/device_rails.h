@@ -39,6 +39,9 @@ class DeviceRails {
   virtual int insertAddress(size_t rail, const uint8_t* address, size_t length, fi_addr_t* out) = 0;
   // Removes a peer's address from a rail: the provider completes nothing more for it there.
   virtual int removeAddress(size_t rail, fi_addr_t address) = 0;
+  // Whether writes the device already holds may be taken back by removing their peer's address
+  // (platform::postedWritesTakenBackSafely).
+  virtual bool takesBackPostedWritesSafely() const = 0;
   virtual OperationEngine& engine() = 0;
   // The leader's registrar (control buffers, the protocols' per-device arenas), and the one that
   // registers data buffers on every rail (the leader's where there is one rail).

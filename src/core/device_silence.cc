@@ -6,7 +6,9 @@
 // its stuck writes are taken back as an endpoint error's stranded ones are (device_endpoint.cc).
 // The leader is left to the peer's liveness (its pings and NCCL_FABRIC_REQUEST_TIMEOUT_S): its
 // address carries the control channel of every comm to that peer, and removing it would drop
-// what they have in flight unseen.
+// what they have in flight unseen. Where the provider cannot forget a peer whose writes the device
+// still holds (efa before libfabric 2.3), nothing is taken back: the path goes down for new
+// messages, and what is stuck goes again once the provider fails it (SRD gives up on it).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -22,27 +24,34 @@ namespace nnf::core {
 uint64_t Device::lookForSilentPaths(uint64_t now) {
   if (silenceBoundNs_ == 0 || railCount_ < 2) return UINT64_MAX;
   const uint64_t interval = std::max<uint64_t>(silenceBoundNs_ / 4, 1);
-  if (now < nextSilenceLookNs_) return nextSilenceLookNs_ - now;
+  // Between looks: the keeper may sleep when the last look found nothing in flight (a hand-over
+  // wakes it, and the next look comes at its first turn after the interval).
+  if (now < nextSilenceLookNs_) return silenceWatching_ ? nextSilenceLookNs_ - now : UINT64_MAX;
   nextSilenceLookNs_ = now + interval;
   bool watching = false;
-  std::vector<std::pair<size_t, fi_addr_t>> silent;
-  forEachDataComm([&](DataComm& comm) {
-    if (comm.kind() != Comm::Kind::kSend || comm.rails() < 2) return;
+  std::vector<std::pair<size_t, fi_addr_t>> silent;  // allocates only when a path is silent
+  // Not forEachDataComm: a std::function of this lambda would allocate at every look.
+  for (const auto& entry : comms_) {
+    if (entry.second->kind() != Comm::Kind::kSend) continue;
+    auto& comm = static_cast<DataComm&>(*entry.second);
+    if (comm.rails() < 2) continue;
     uint32_t busy = comm.railsWriting();
     watching |= busy != 0;
-    uint32_t rails = comm.silence().look(now, busy, comm.rails(), silenceBoundNs_);
+    SilenceWatch::Findings found = comm.silence().look(now, busy, comm.rails(), silenceBoundNs_);
+    if ((found.unwitnessed & ~1u) != 0) comm.pingForWitness();
+    const uint32_t rails = found.silent;
     for (size_t r = 1; r < comm.rails(); ++r) {
       // Once a path: its comms' writes are all taken back together (and its address replaced).
       std::pair<size_t, fi_addr_t> path(r, comm.peer(r));
       if ((rails & (1u << r)) != 0 && std::find(silent.begin(), silent.end(), path) == silent.end())
         silent.push_back(path);
     }
-  });
+  }
   // After the walk: taking writes back fails requests, and their owners may post again.
   for (const auto& [rail, peer] : silent) pathWentSilent(rail, peer);
   // A broken path's probe that neither arrived nor failed within the bound: the path is still
   // silent. Taken back, it fails, and the path is probed again later.
-  if (pathProbe_ != nullptr && now > silenceBoundNs_) {
+  if (pathProbe_ != nullptr && now > silenceBoundNs_ && rails_->takesBackPostedWritesSafely()) {
     std::vector<std::pair<size_t, fi_addr_t>> overdue;
     pathProbe_->forEachPostedBefore(now - silenceBoundNs_,
                                     [&](Operation& op) { overdue.emplace_back(op.rail, op.peer); });
@@ -51,6 +60,7 @@ uint64_t Device::lookForSilentPaths(uint64_t now) {
       takeBack(rail, peers, "a path probe that went unanswered");
     }
   }
+  silenceWatching_ = watching;
   return watching ? interval : UINT64_MAX;
 }
 
@@ -68,6 +78,14 @@ void Device::pathWentSilent(size_t rail, fi_addr_t peer) {
     } else if (takePathDown(rail, peer, what)) {
       classifyRail(rail);
     }
+  }
+  if (!rails_->takesBackPostedWritesSafely()) {
+    NNF_INFO(abi::kLogSubsysNet,
+             "device %d: rail %zu (NIC %s) %s: what is stuck on it to the peer at %s stays with "
+             "the provider until it fails (this provider cannot forget a peer whose writes the "
+             "device holds), then goes again on the rails left",
+             index_, rail, railName(rail), what, peerName.c_str());
+    return;
   }
   std::vector<fi_addr_t> peers{peer};
   size_t count = takeBack(rail, peers, "stuck on a silent path");

@@ -93,4 +93,9 @@ void FabricRails::openRails(const DeviceSpec& spec) {
   deliversInOrder_ = !rules.unorderedDelivery;
 }
 
+bool FabricRails::takesBackPostedWritesSafely() const {
+  return platform::postedWritesTakenBackSafely(
+      platform::familyOf(rails_.front()->info()->fabric_attr->prov_name), fi_version());
+}
+
 }  // namespace nnf::core

@@ -34,6 +34,7 @@ class FabricRails final : public DeviceRails {
   int removeAddress(size_t rail, fi_addr_t address) override {
     return rails_[rail]->removeAddress(address);
   }
+  bool takesBackPostedWritesSafely() const override;
   OperationEngine& engine() override { return *engine_; }
   memory::Registrar& leaderRegistrar() override { return *registrars_.front(); }
   memory::Registrar& dataRegistrar() override {

@@ -10,7 +10,9 @@
 // counts its writes' completions per rail (one increment, on comms of several rails only), and a
 // look says which rails had a write in flight. A rail is quiet from the last look that saw it
 // complete a write (or carry none): whatever is stuck on it now was posted before that look, so
-// the witnesses are the other rails' completions since the look before it.
+// the witnesses are the other rails' completions since the look before it. Where there are none
+// (a stream of one message at a time: nothing else moves while it waits), the device sends the
+// peer a ping over another rail, whose delivery witnesses.
 #pragma once
 
 #include <cstddef>
@@ -22,13 +24,21 @@ namespace nnf::core {
 
 class SilenceWatch {
  public:
-  // A write of the comm completed on `rail`.
+  // A write of the comm completed on `rail` (or a message to the peer over it, sent to witness:
+  // Findings::unwitnessed).
   void landed(size_t rail) { ++landed_[rail]; }
+  struct Findings {
+    uint32_t silent = 0;  // rails found silent (each is quiet again from now: named once a bound)
+    // Rails stuck alone with nothing completed elsewhere since they went quiet (a stream of one
+    // message at a time waits for the stuck one): a message to the peer over another rail, once
+    // delivered, witnesses that the peer and its other NICs are alive.
+    uint32_t unwitnessed = 0;
+  };
   // A look at `nowNs`: bit r of `busy` says a write of the comm is with the provider on rail r
-  // (of `rails`). Returns the rails found silent for `boundNs` (each is quiet again from now, so
-  // that it is named once a bound). The first look, and one after a look that saw nothing in
-  // flight (the device may have stopped looking meanwhile), only start over.
-  uint32_t look(uint64_t nowNs, uint32_t busy, size_t rails, uint64_t boundNs);
+  // (of `rails`); `boundNs`, the silence bound. The first look only starts; a rail's quiet time
+  // counts from the last look that saw it complete a write, or from the first that saw it busy
+  // after one that saw it idle (looks may be far apart while nothing is in flight).
+  Findings look(uint64_t nowNs, uint32_t busy, size_t rails, uint64_t boundNs);
 
  private:
   uint64_t landed_[memory::kMaxRails] = {};
@@ -38,7 +48,7 @@ class SilenceWatch {
   // completions at the look before that (what a witness must exceed).
   uint64_t quietSinceNs_[memory::kMaxRails] = {};
   uint64_t othersBefore_[memory::kMaxRails] = {};
-  uint32_t lastBusy_ = 0;
+  uint32_t lastBusy_ = 0;  // `busy` at the last look
   bool looked_ = false;
 };
 

@@ -166,6 +166,10 @@ bool truncatedLongReadsUnsafe(Family family, uint32_t fiVersion) {
   return family == Family::kEfa && fiVersion < FI_VERSION(2, 3);
 }
 
+bool postedWritesTakenBackSafely(Family family, uint32_t fiVersion) {
+  return !(family == Family::kEfa && fiVersion < FI_VERSION(2, 3));
+}
+
 bool receivesNeedOverflowRoom(const std::string& provName) {
   return familyOf(provName) == Family::kShm || provName.find("ofi_rxm") != std::string::npos;
 }

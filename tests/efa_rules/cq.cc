@@ -70,6 +70,7 @@ void noteOrder(const Cq* cq, size_t pick) {
 int drain(Cq* cq) {
   if (cq->baseError) return 0;
   refreshLinks();
+  giveUpWithheld(cq);  // link.cc: a silent link's operations SRD gave up on
   fi_cq_tagged_entry batch[kDrainBatch];
   fi_addr_t sources[kDrainBatch];
   for (;;) {

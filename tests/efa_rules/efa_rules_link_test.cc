@@ -366,14 +366,16 @@ TEST_P(EfaRules, LinkGoesDownAfterMillisecondsAndComesBack) {
 }
 
 // A silent link ("s1" in the control file): a write posted on it is taken and neither lands nor
-// completes, however long the initiator waits, until it removes the target's address; the
-// address inserted again works once the link is mended. What the plugin's silence watch must
+// completes until its initiator removes the target's address (then nothing of it ever comes) or
+// SRD's retries run out (then it fails as on a down link); the address inserted again works once
+// the link is mended. What the plugin's silence watch must
 // find and take back (docs/failover.md).
 TEST_P(EfaRules, ASilentLinkSwallowsWritesUntilTheirPeerIsRemoved) {
   EXPECT_TRUE(runChildren(1, [&](int, int) {
     std::string control = controlPath();
     unlink(control.c_str());
-    linkEnv(GetParam(), {{"NNF_EFA_RULES_FAIL_FILE", control}});
+    linkEnv(GetParam(),
+            {{"NNF_EFA_RULES_FAIL_FILE", control}, {"NNF_EFA_RULES_SILENT_GIVE_UP_MS", "3000"}});
     Node nic0, nic1;
     Options second;
     second.nic = 1;
@@ -408,6 +410,29 @@ TEST_P(EfaRules, ASilentLinkSwallowsWritesUntilTheirPeerIsRemoved) {
     REQUIRE(failedByLinks(nic1) == 0);
     REQUIRE(fi_av_remove(nic1.av, &to0, 1, 0) == 0);
     REQUIRE(counter(nic1, kOptLinkForgotten) == 1);
+    // Another, whose peer is not removed: it fails once SRD's retries ran out (3 s here; the
+    // first write's 40,000 reads above take far less), as on a down link, and nothing of it
+    // landed.
+    to0 = nic1.insert(nic0);
+    auto posted = std::chrono::steady_clock::now();
+    REQUIRE(fi_writedata(nic1.ep, src.data(), src.size(), fi_mr_desc(srcMr), 4, to0, dstAddr,
+                         fi_mr_key(dstMr), &ctx) == 0);
+    fi_cq_err_entry err{};
+    for (;;) {
+      ssize_t n = fi_cq_read(nic1.cq, &entry, 1);
+      if (n == -FI_EAVAIL) {
+        REQUIRE(fi_cq_readerr(nic1.cq, &err, 0) == 1);
+        break;
+      }
+      REQUIRE(n == -FI_EAGAIN);
+      REQUIRE(fi_cq_read(nic0.cq, &entry, 1) == -FI_EAGAIN);
+      REQUIRE(std::chrono::steady_clock::now() - posted < std::chrono::seconds(30));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    expectLinkError(nic1, err, &ctx, true);
+    REQUIRE(std::chrono::steady_clock::now() - posted >= std::chrono::milliseconds(3000));
+    for (unsigned char c : dst) REQUIRE(c == 0);
+    REQUIRE(counter(nic1, kOptLinkWithheld) == 2);
     writeControl(control, "");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     to0 = nic1.insert(nic0);

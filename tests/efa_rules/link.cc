@@ -19,7 +19,8 @@
 // taken and never completes, and one taken before whose completion is read while silent never
 // completes either (its bytes possibly landed), as a NIC reset or a dead link that the device
 // reports nothing about; until its initiator removes the target's address (fi_av_remove), after
-// which nothing of it ever comes. Mending the link does not bring them back.
+// which nothing of it ever comes, or until SRD's retries run out
+// (NNF_EFA_RULES_SILENT_GIVE_UP_MS, 1 s): then it fails as above (ECONNABORTED, 4124).
 //
 // Each process publishes the NICs it sees down in <shared directory>/health-<pid> (a 32-bit
 // mask in a page mapped shared, its silent ones in the next word), so that its peers' initiators
@@ -238,21 +239,45 @@ class Links {
   // Transmits a silent link swallowed (posted, or taken by the base with their completion read
   // while silent), by the address vector entry they went to: never completed, until the entry
   // is removed (forgotten then, as efa forgets what it holds for a removed peer).
-  void withhold(Av* av, fi_addr_t dest) {
+  // The completion it owes comes as an error once SRD's retries ran out
+  // (NNF_EFA_RULES_SILENT_GIVE_UP_MS, giveUp).
+  void withhold(Av* av, fi_addr_t dest, Cq* cq, void* context, uint64_t flags, uint64_t data) {
     std::lock_guard<std::mutex> guard(mutex_);
-    withheld_.emplace_back(av, dest);
+    withheld_.push_back(Withheld{av, dest, cq, context, flags, data, SteadyClock::now()});
     ++withheldCount;
   }
   void forgetWithheld(Av* av, fi_addr_t dest) {
     std::lock_guard<std::mutex> guard(mutex_);
     for (size_t i = 0; i < withheld_.size();) {
-      if (withheld_[i] != std::make_pair(av, dest)) {
+      if (withheld_[i].av != av || withheld_[i].dest != dest) {
         ++i;
         continue;
       }
       withheld_[i] = withheld_.back();
       withheld_.pop_back();
       ++forgottenCount;
+    }
+  }
+  // What `cq` owes and was withheld longer than the give-up time fails now (cq's lock held).
+  void giveUp(Cq* cq) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto now = SteadyClock::now();
+    for (size_t i = 0; i < withheld_.size();) {
+      const Withheld& held = withheld_[i];
+      if (held.cq != cq || now < held.since + giveUpAfter_) {
+        ++i;
+        continue;
+      }
+      fi_cq_err_entry error{};
+      error.op_context = held.context;
+      error.flags = held.flags;
+      error.data = held.data;
+      error.err = FI_ECONNABORTED;
+      error.prov_errno = kEfaEstablishedRecvUnresp;
+      cq->synthetic.push_back(error);
+      ++failed;
+      withheld_[i] = withheld_.back();
+      withheld_.pop_back();
     }
   }
 
@@ -274,6 +299,8 @@ class Links {
     controls_.ops = scheduleFrom("NNF_EFA_RULES_FAIL_AFTER_OPS");
     controls_.ms = scheduleFrom("NNF_EFA_RULES_FAIL_AFTER_MS");
     if (const char* file = envValue("NNF_EFA_RULES_FAIL_FILE")) controls_.file = file;
+    if (const char* ms = envValue("NNF_EFA_RULES_SILENT_GIVE_UP_MS"))
+      giveUpAfter_ = std::chrono::milliseconds(std::strtoull(ms, nullptr, 10));
     active_ = controls_.any() || loadConfig().nics > 1;
     // A file left by an earlier process with our pid must not speak for us.
     unlink(healthPath(getpid()).c_str());
@@ -360,7 +387,17 @@ class Links {
   std::map<std::pair<Av*, fi_addr_t>, KnownTarget> targets_;
   std::set<std::pair<Ep*, fi_addr_t>> reached_;
   std::map<std::pair<Cq*, void*>, Inflight> inflight_;
-  std::vector<std::pair<Av*, fi_addr_t>> withheld_;
+  struct Withheld {
+    Av* av;
+    fi_addr_t dest;
+    Cq* cq;  // where its completion is owed (null: none, an inject)
+    void* context;
+    uint64_t flags;
+    uint64_t data;
+    SteadyClock::time_point since;
+  };
+  std::vector<Withheld> withheld_;
+  SteadyClock::duration giveUpAfter_ = std::chrono::milliseconds(1000);
 };
 
 bool isTransmit(const Post& post) {
@@ -459,7 +496,8 @@ bool failedByLink(Ep* ep, const Post& post) {
   if (!linkDown(links, ep->domain->nic, target)) {
     if (!linkSilent(links, ep->domain->nic, target)) return false;
     links.counted(ep->domain->nic);
-    links.withhold(ep->av, post.addr);  // taken, and never heard of again
+    links.withhold(ep->av, post.addr, ep->txCq, post.inject ? nullptr : post.context,
+                   completionFlags(post), post.withData ? post.data : 0);  // taken, not heard of
     return true;
   }
   links.counted(ep->domain->nic);  // taken ones count when the base took them (noteTransmit)
@@ -498,7 +536,8 @@ bool linkFailsCompletion(Cq* cq, const fi_cq_tagged_entry& entry) {
   if (!links.untrack(cq, entry.op_context, &inflight)) return false;
   if (!linkDown(links, inflight.nic, inflight.target)) {
     if (!linkSilent(links, inflight.nic, inflight.target)) return false;
-    links.withhold(inflight.av, inflight.dest);  // landed, perhaps; its completion never comes
+    // Landed, perhaps; its completion is withheld.
+    links.withhold(inflight.av, inflight.dest, cq, entry.op_context, entry.flags, entry.data);
     return true;
   }
   ++links.failed;
@@ -528,6 +567,11 @@ uint32_t linkDownMask() {
 
 uint64_t linkFailedOperations() {
   return Links::get().failed.load();
+}
+
+void giveUpWithheld(Cq* cq) {
+  Links& links = Links::get();
+  if (links.active()) links.giveUp(cq);
 }
 
 void forgetWithheld(Av* av, fi_addr_t dest) {

@@ -71,5 +71,8 @@ uint64_t linkWithheldOperations();
 uint64_t linkForgottenOperations();
 // fi_av_remove of `dest` on `av`: what a silent link withheld for it is forgotten.
 void forgetWithheld(Av* av, fi_addr_t dest);
+// What `cq` owes that a silent link withheld longer than SRD's retries last fails now (its
+// error queued; cq's lock held).
+void giveUpWithheld(Cq* cq);
 
 }  // namespace efa_rules

@@ -74,8 +74,10 @@
 //                           are down while it names them; read at most every millisecond. A
 //                           number after an 's' ("s1") names a silent NIC instead: what goes
 //                           through it is taken and never completes, until its initiator removes
-//                           the target's address (fi_av_remove), which forgets it (link.cc;
-//                           getopt kOptEfaRulesLinkWithheld / kOptEfaRulesLinkForgotten)
+//                           the target's address (fi_av_remove), which forgets it, or until
+//                           NNF_EFA_RULES_SILENT_GIVE_UP_MS (1000) passed: then it fails as on a
+//                           down link (link.cc; getopt kOptEfaRulesLinkWithheld /
+//                           kOptEfaRulesLinkForgotten)
 //                           While a link is down (link.cc), as EFA's initiators see a dead NIC: a
 //                           transmit posted on it or to an endpoint on a NIC whose process sees it
 //                           down is taken and completes in error (FI_ECONNABORTED, prov_errno 4124

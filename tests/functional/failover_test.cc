@@ -765,7 +765,14 @@ void peerNicBreaks(int rail, int kHealthy, bool silent = false) {
   REQUIRE_RAILS();
   if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
   ScopedEnv env;
-  if (silent) env.set("NCCL_FABRIC_RAIL_TIMEOUT_MS", "300");
+  if (silent) {
+    env.set("NCCL_FABRIC_RAIL_TIMEOUT_MS", "300");
+    // SRD gives up on what a silent link holds only well after the plugin found the path (so the
+    // WARN below is the silence watch's; with libfabric 2.1's efa the stuck write goes again only
+    // then: nothing is taken back there).
+    env.set("NNF_EFA_RULES_SILENT_GIVE_UP_MS", "3000");
+    env.set("NNF_SOFT_EFA_SILENT_GIVE_UP_MS", "3000");
+  }
   constexpr int kMended = 13;  // messages before it is mended
   constexpr int kMessages = 19;
   constexpr int kStriped = 1 << 20;
@@ -822,7 +829,8 @@ void peerNicBreaks(int rail, int kHealthy, bool silent = false) {
         int pathWarnings = 0, railWarnings = 0;
         for (const std::string& text : peer.warningTexts()) {
           pathWarnings += text.find(nic) != std::string::npos &&
-                          text.find("path to the peer at") != std::string::npos;
+                          text.find("path to the peer at") != std::string::npos &&
+                          (!silent || text.find("completed no write") != std::string::npos);
           railWarnings += text.find("moves data on") != std::string::npos;
         }
         EXPECT_EQ(pathWarnings, 1) << "the broken path is named once";
@@ -906,9 +914,10 @@ TEST(Failover, APeersNicDownBeforeOurFirstWriteToItBreaksOnePath) {
 // peer on the other rails complete, so after the bound the path is named as broken (our own NIC's
 // read works), the stuck share is taken back (its peer's address removed: the stand-in forgets it
 // then, as efa does) and written again on another rail, and the later messages leave the path
-// out. The stand-in only: the software EFA device has no silent link.
+// out. On the software EFA device the real efa provider drops what it held for the removed peer,
+// and ignores the completions the device gives those writes once the NIC is mended (failed, as
+// SRD reports what its retries gave up on).
 TEST(Failover, APeersSilentNicIsFoundAndLeavesTheRailToEveryOtherPeer) {
-  if (onSoftEfa()) GTEST_SKIP() << "the software EFA device has no silent link";
   peerNicBreaks(1, 7, /*silent=*/true);
 }
 

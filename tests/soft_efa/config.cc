@@ -103,6 +103,8 @@ Config load() {
   cfg.failAfterOps = schedule("NNF_SOFT_EFA_FAIL_AFTER_OPS");
   cfg.failAfterMs = schedule("NNF_SOFT_EFA_FAIL_AFTER_MS");
   if (const char* file = env("NNF_SOFT_EFA_FAIL_FILE")) cfg.failFile = file;
+  if (env("NNF_SOFT_EFA_SILENT_GIVE_UP_MS") != nullptr)
+    cfg.silentGiveUpMs = number("NNF_SOFT_EFA_SILENT_GIVE_UP_MS", 1000);
   return cfg;
 }
 

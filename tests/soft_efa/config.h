@@ -58,6 +58,10 @@ struct Config {
   };
   LinkSchedule failAfterOps;
   LinkSchedule failAfterMs;
+  // NNF_SOFT_EFA_SILENT_GIVE_UP_MS: how long an operation waits on a silent link ("s<n>" in
+  // FILE.<pid>) before it fails as unresponsive remote, as SRD gives up once its retries ran out
+  // (default 1000).
+  uint64_t silentGiveUpMs = 1000;
   std::string failFile;
   // NNF_SOFT_EFA_STATS: a file receiving this process's traffic per device at exit and on
   // nnf_soft_efa_write_stats() ("<device> <written> <sent> <read> <pid>" lines).

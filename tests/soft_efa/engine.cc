@@ -301,6 +301,14 @@ Step step(Process& proc, Qp& qp, SendWqe& wqe, uint64_t now) {
       uint32_t link = linkFailure(qp, wqe, false);
       if (link != kOk) fail(wqe, link);
     }
+    // A silent link holds it where it is, completion and all, for as long as it stays silent;
+    // then it fails (SRD gave up on it meanwhile).
+    if (wqe.status == kOk && linkSilent(qp, wqe)) {
+      if (!wqe.silenced) wqe.silencedAtNs = now;
+      wqe.silenced = true;
+      if (now - wqe.silencedAtNs < config().silentGiveUpMs * 1000000) return Step::kPending;
+    }
+    if (wqe.silenced && wqe.status == kOk) fail(wqe, kLocalUnresponsiveRemote);
     if (wqe.phase == SendWqe::kComplete) {
       if (!complete(qp, wqe)) return Step::kPending;
       noteLinkSuccess(qp, wqe);

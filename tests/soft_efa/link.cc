@@ -13,6 +13,12 @@
 // delivered but whose own was not reports the error all the same (the acknowledgement lost):
 // the target counted it. Receives stay posted; what was posted before the link came back and
 // failed stays failed.
+// A NIC that FILE.<pid> names silent ("s1") is silent for that process alone: an operation of its
+// queue pairs there, or addressed to them, stops where it is (landed or not, its completion
+// withheld) and neither moves nor fails until the NIC is no longer silent, or SRD's retries ran
+// out (NNF_SOFT_EFA_SILENT_GIVE_UP_MS, 1 s), when it fails as unresponsive remote. (Should its
+// peer have been removed from the initiator's address vector meanwhile, libfabric 2.1's efa
+// crashes on that error: efa_rdm_cq_get_prov_errno reads the removed peer.)
 #include <time.h>
 #include <unistd.h>
 
@@ -33,11 +39,13 @@ struct LinkState {
   bool opsDown = false, opsDone = false;
   bool msStarted = false, msDown = false, msDone = false;
   uint64_t msFirstNs = 0, msDownAtNs = 0;
-  uint32_t fileMask = 0;     // NICs (this process's device indexes) the control file names
-  uint32_t ownFileMask = 0;  // those FILE.<pid> names: down for this process alone
+  uint32_t fileMask = 0;       // NICs (this process's device indexes) the control file names
+  uint32_t ownFileMask = 0;    // those FILE.<pid> names: down for this process alone
+  uint32_t ownSilentMask = 0;  // those FILE.<pid> names silent ("s1"), for this process alone
   uint64_t nextFileReadNs = 0;
-  uint32_t voted = 0;     // registry device slots this process votes down
-  uint32_t ownVoted = 0;  // registry device slots down for this process alone
+  uint32_t voted = 0;           // registry device slots this process votes down
+  uint32_t ownVoted = 0;        // registry device slots down for this process alone
+  uint32_t ownSilentVoted = 0;  // registry device slots silent for this process alone
   // Per local device slot: the device slots a completion came back from (SRD: responsive).
   uint32_t reached[kMaxDevices] = {};
 };
@@ -52,19 +60,26 @@ bool controlled() {
   return cfg.failAfterOps.nic >= 0 || cfg.failAfterMs.nic >= 0 || !cfg.failFile.empty();
 }
 
-uint32_t parseNics(const std::string& text) {
+// The NICs a control file names: plain ("1"), or silent ("s1") with `silent`.
+uint32_t parseNics(const std::string& text, bool silent = false) {
   uint32_t mask = 0;
   std::string item;
+  bool itemSilent = false;
+  char before = ' ';
   auto take = [&] {
-    if (!item.empty() && item.size() <= 2 && std::stoi(item) < static_cast<int>(kMaxDevices))
+    if (!item.empty() && itemSilent == silent && item.size() <= 2 &&
+        std::stoi(item) < static_cast<int>(kMaxDevices))
       mask |= 1u << std::stoi(item);
     item.clear();
   };
   for (char c : text) {
-    if (c >= '0' && c <= '9')
+    if (c >= '0' && c <= '9') {
+      if (item.empty()) itemSilent = before == 's';
       item += c;
-    else
+    } else {
       take();
+    }
+    before = c;
   }
   take();
   return mask;
@@ -74,7 +89,8 @@ uint32_t parseNics(const std::string& text) {
 // counts of the slots that changed, and its entry in the registry's voters (freed when it votes
 // nothing down), under one lock so that dropVotesOfEndedProcesses never sees one without the
 // other.
-void vote(Registry& reg, uint32_t voted, uint32_t slots, uint32_t ownSlots) {
+void vote(Registry& reg, uint32_t voted, uint32_t slots, uint32_t ownSlots,
+          uint32_t ownSilentSlots) {
   const int32_t pid = static_cast<int32_t>(getpid());
   LockGuard guard(reg.lock);
   LinkVoter* entry = nullptr;
@@ -89,15 +105,17 @@ void vote(Registry& reg, uint32_t voted, uint32_t slots, uint32_t ownSlots) {
     std::fprintf(stderr, "soft-efa %d: no room to record link votes\n", static_cast<int>(pid));
     std::abort();  // a test device: a vote that could linger would fail later tests unseen
   }
-  if ((entry->ownSlots != 0) != (ownSlots != 0)) {
-    if (ownSlots != 0)
+  const uint32_t own = ownSlots | ownSilentSlots;
+  if (((entry->ownSlots | entry->ownSilentSlots) != 0) != (own != 0)) {
+    if (own != 0)
       reg.ownDownVoters.fetch_add(1, std::memory_order_acq_rel);
     else
       reg.ownDownVoters.fetch_sub(1, std::memory_order_acq_rel);
   }
-  entry->pid = (slots | ownSlots) != 0 ? pid : 0;
+  entry->pid = (slots | own) != 0 ? pid : 0;
   entry->slots = slots;
   entry->ownSlots = ownSlots;
+  entry->ownSilentSlots = ownSilentSlots;
   for (uint32_t slot = 0; slot < kMaxDevices; ++slot) {
     uint32_t bit = 1u << slot;
     if (!((slots ^ voted) & bit)) continue;
@@ -145,21 +163,35 @@ void refresh(LinkState& links, bool posting) {
       std::ifstream in(path);
       std::stringstream text;
       if (in) text << in.rdbuf();
-      return parseNics(text.str());
+      return text.str();
     };
-    links.fileMask = read(cfg.failFile);
-    links.ownFileMask = read(cfg.failFile + "." + std::to_string(getpid()));
+    links.fileMask = parseNics(read(cfg.failFile));
+    const std::string own = read(cfg.failFile + "." + std::to_string(getpid()));
+    links.ownFileMask = parseNics(own);
+    links.ownSilentMask = parseNics(own, true);
   }
   uint32_t nics = links.fileMask;
   if (links.opsDown) nics |= 1u << cfg.failAfterOps.nic;
   if (links.msDown) nics |= 1u << ms.nic;
-  uint32_t slots = 0, ownSlots = 0;
+  uint32_t slots = 0, ownSlots = 0, ownSilent = 0;
   const std::vector<Device*>& list = devices();
   for (size_t n = 0; n < list.size(); ++n) {
     if (nics & (1u << n)) slots |= 1u << list[n]->slot;
     if (links.ownFileMask & (1u << n)) ownSlots |= 1u << list[n]->slot;
+    if (links.ownSilentMask & (1u << n)) ownSilent |= 1u << list[n]->slot;
   }
-  if (slots == links.voted && ownSlots == links.ownVoted) return;
+  if (slots == links.voted && ownSlots == links.ownVoted && ownSilent == links.ownSilentVoted)
+    return;
+  if (ownSilent != links.ownSilentVoted) {
+    for (uint32_t slot = 0; slot < kMaxDevices; ++slot) {
+      uint32_t bit = 1u << slot;
+      if (!((ownSilent ^ links.ownSilentVoted) & bit)) continue;
+      const Device* device = deviceBySlot(slot);
+      std::fprintf(stderr, "soft-efa %d: %s link %s for this process alone\n",
+                   static_cast<int>(getpid()), device != nullptr ? device->ibv.name : "?",
+                   (ownSilent & bit) ? "silent" : "no longer silent");
+    }
+  }
   if (ownSlots != links.ownVoted) {
     for (uint32_t slot = 0; slot < kMaxDevices; ++slot) {
       uint32_t bit = 1u << slot;
@@ -170,9 +202,10 @@ void refresh(LinkState& links, bool posting) {
                    (ownSlots & bit) ? "down" : "up again");
     }
   }
-  vote(registry(), links.voted, slots, ownSlots);
+  vote(registry(), links.voted, slots, ownSlots, ownSilent);
   links.voted = slots;
   links.ownVoted = ownSlots;
+  links.ownSilentVoted = ownSilent;
 }
 
 }  // namespace
@@ -189,7 +222,8 @@ void dropVotesOfEndedProcesses() {
     }
     std::fprintf(stderr, "soft-efa %d: dropped the link votes of ended process %d\n",
                  static_cast<int>(getpid()), static_cast<int>(voter.pid));
-    if (voter.ownSlots != 0) reg.ownDownVoters.fetch_sub(1, std::memory_order_acq_rel);
+    if ((voter.ownSlots | voter.ownSilentSlots) != 0)
+      reg.ownDownVoters.fetch_sub(1, std::memory_order_acq_rel);
     voter = LinkVoter{0, 0, 0, 0};
   }
 }
@@ -201,8 +235,8 @@ bool slotDown(uint32_t slot) {
 }
 
 // Whether queue pair `qpn` of device slot `slot` belongs to a process that sees that NIC down for
-// itself alone (LinkVoter::ownSlots).
-bool ownerSeesDown(uint32_t slot, uint32_t qpn) {
+// itself alone (LinkVoter::ownSlots; `silent`: silent, ownSilentSlots).
+bool ownerSeesDown(uint32_t slot, uint32_t qpn, bool silent = false) {
   Registry& reg = registry();
   if (slot >= kMaxDevices || qpn >= kMaxQp ||
       reg.ownDownVoters.load(std::memory_order_acquire) == 0) {
@@ -212,7 +246,8 @@ bool ownerSeesDown(uint32_t slot, uint32_t qpn) {
   int32_t owner = reg.qps[slot][qpn].pid;
   if (owner == 0) return false;
   for (const LinkVoter& voter : reg.linkVoters) {
-    if (voter.pid == owner) return (voter.ownSlots >> slot & 1u) != 0;
+    if (voter.pid == owner)
+      return ((silent ? voter.ownSilentSlots : voter.ownSlots) >> slot & 1u) != 0;
   }
   return false;
 }
@@ -252,6 +287,15 @@ uint32_t linkFailure(const Qp& qp, const SendWqe& wqe, bool posting) {
   if (!down) return kOk;
   return (links.reached[local] & (1u << target)) ? kLocalUnresponsiveRemote
                                                  : kLocalUnreachableRemote;
+}
+
+bool linkSilent(const Qp& qp, const SendWqe& wqe) {
+  if (wqe.ah == nullptr || wqe.ah->target < 0) return false;
+  LinkState& links = state();
+  refresh(links, false);
+  uint32_t local = qp.ctx->device->slot;
+  return (links.ownSilentVoted >> local & 1u) != 0 ||
+         ownerSeesDown(static_cast<uint32_t>(wqe.ah->target), wqe.remoteQpn, true);
 }
 
 void noteLinkSuccess(const Qp& qp, const SendWqe& wqe) {

@@ -18,7 +18,7 @@ namespace {
 
 // The layout's version is in the magic: a process of another build never reads a registry it
 // does not understand (it would open its own, under another name).
-constexpr uint64_t kRegistryMagic = 0x4e4e46534546410eull;  // "NNFSEFA" + layout 14
+constexpr uint64_t kRegistryMagic = 0x4e4e46534546410full;  // "NNFSEFA" + layout 15
 
 std::string sharedName(const std::string& what) {
   return "/nnf-soft-efa-" + config().ns + "-" + what;

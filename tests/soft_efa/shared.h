@@ -82,7 +82,9 @@ struct LinkVoter {
   // The device slots down for this process alone (its own NIC as its peers see it, while the
   // host's other processes keep theirs: a peer host's NIC, in a test of one host).
   uint32_t ownSlots;
-  uint32_t pad;
+  // The device slots silent for this process alone: what goes to or from its queue pairs there
+  // neither lands nor fails until the link speaks again ("s<n>" in FILE.<pid>, link.cc).
+  uint32_t ownSilentSlots;
 };
 
 constexpr uint32_t kMaxLinkVoters = 256;
@@ -103,7 +105,8 @@ struct Registry {
   // Who votes which slots down (under lock): a process that ends without taking its votes back
   // (a test's peer exits with the link down) loses them when the next process opens a device.
   LinkVoter linkVoters[kMaxLinkVoters];
-  // Voters whose ownSlots are not empty (0: no process sees a NIC down for itself alone).
+  // Voters whose ownSlots or ownSilentSlots are not empty (0: no process sees a NIC down or silent
+  // for itself alone).
   std::atomic<uint32_t> ownDownVoters;
 };
 

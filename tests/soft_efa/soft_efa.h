@@ -96,6 +96,10 @@ struct SendWqe {
   bool haveReceive = false;  // owed.wrId names the receive this message took
   Cqe owed{};
   uint32_t status = 0;  // EFA completion status of our completion
+  // Held by a silent link (link.cc) since silencedAtNs: it fails as unresponsive remote, wherever
+  // it stopped, once SRD's retries ran out (Config::silentGiveUpMs) or the link speaks again.
+  bool silenced = false;
+  uint64_t silencedAtNs = 0;
 };
 
 struct Qp {
@@ -200,6 +204,9 @@ void onPolled(Process& proc, const Cq& cq, const Cqe& cqe);
 void noteLinkPost(const Qp& qp);
 uint32_t linkFailure(const Qp& qp, const SendWqe& wqe, bool posting);
 void noteLinkSuccess(const Qp& qp, const SendWqe& wqe);
+// Whether the link `wqe` takes is silent (its queue pair's NIC, or its target's, named "s<n>" in
+// FILE.<pid> by the process that owns it): it stays where it is meanwhile. proc.mutex held.
+bool linkSilent(const Qp& qp, const SendWqe& wqe);
 // This process's view of its links brought up to date and published (where it polls).
 void refreshLinks();
 // Takes back the link votes of processes that ended (at each device's opening, without

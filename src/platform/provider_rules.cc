@@ -167,7 +167,7 @@ bool truncatedLongReadsUnsafe(Family family, uint32_t fiVersion) {
 }
 
 bool postedWritesTakenBackSafely(Family family, uint32_t fiVersion) {
-  return !(family == Family::kEfa && fiVersion < FI_VERSION(2, 3));
+  return family == Family::kEfa && fiVersion >= FI_VERSION(2, 3);
 }
 
 bool receivesNeedOverflowRoom(const std::string& provName) {

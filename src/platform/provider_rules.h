@@ -143,11 +143,12 @@ bool receivesNeedOverflowRoom(const std::string& provName);
 // receive into a registered scratch of kLongReadDrainBytes, larger than NCCL's net messages.
 bool truncatedLongReadsUnsafe(Family family, uint32_t fiVersion);
 
-// Whether writes already posted to the device may be taken back by removing their peer's address
-// (the device may still report them later). efa before libfabric 2.3 reads the removed peer when
-// the device reports such a write as "unresponsive remote" (efa_rdm_cq_get_prov_errno: a NULL
-// peer, SIGSEGV; the software EFA device shows it): there a silent path's writes are left to
-// fail on their own (SRD gives up on them).
+// Whether writes already posted may be taken back by removing their peer's address: the provider
+// then ends them without a completion, and none lands later. efa from libfabric 2.3 only: before,
+// it reads the removed peer when the device reports such a write as "unresponsive remote"
+// (efa_rdm_cq_get_prov_errno: a NULL peer, SIGSEGV; the software EFA device shows it); tcp keeps
+// the peer's connection, and its socket delivers what it holds (2.1's tcp has no remove handler).
+// Elsewhere a silent path's writes are left to end on their own (SRD gives up on them).
 bool postedWritesTakenBackSafely(Family family, uint32_t fiVersion);
 constexpr size_t kLongReadDrainBytes = size_t{4} << 20;
 

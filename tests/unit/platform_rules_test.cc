@@ -78,12 +78,14 @@ TEST(ProviderRules, OtherProvidersOnlyForbidCudaCallsWithDeviceMemory) {
 }
 
 // libfabric 2.1's efa reads a removed peer when the device reports a write it still held
-// (docs/efa.md): there a silent path's writes are never taken back; the fix is in 2.3.
+// (docs/efa.md), and tcp's socket delivers what it holds for a removed peer: there a silent
+// path's writes are never taken back; efa's fix is in 2.3.
 TEST(ProviderRules, PostedWritesAreTakenBackOnlyWhereTheProviderCanForgetThem) {
   EXPECT_FALSE(postedWritesTakenBackSafely(Family::kEfa, FI_VERSION(2, 1)));
   EXPECT_FALSE(postedWritesTakenBackSafely(Family::kEfa, FI_VERSION(1, 17)));
   EXPECT_TRUE(postedWritesTakenBackSafely(Family::kEfa, FI_VERSION(2, 3)));
-  EXPECT_TRUE(postedWritesTakenBackSafely(Family::kTcp, FI_VERSION(2, 1)));
+  EXPECT_FALSE(postedWritesTakenBackSafely(Family::kTcp, FI_VERSION(2, 1)));
+  EXPECT_FALSE(postedWritesTakenBackSafely(Family::kTcp, FI_VERSION(1, 17)));
 }
 
 TEST(ProviderRules, EfaEnvironmentDefaults) {

@@ -26,7 +26,10 @@ class SilenceWatch {
  public:
   // A write of the comm completed on `rail` (or a message to the peer over it, sent to witness:
   // Findings::unwitnessed).
-  void landed(size_t rail) { ++landed_[rail]; }
+  // A write settled by the receiver's answer carries no rail (kMaxRails): none counts it.
+  void landed(size_t rail) {
+    if (rail < memory::kMaxRails) ++landed_[rail];
+  }
   struct Findings {
     uint32_t silent = 0;  // rails found silent (each is quiet again from now: named once a bound)
     // Rails stuck alone with nothing completed elsewhere since they went quiet (a stream of one

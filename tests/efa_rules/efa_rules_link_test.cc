@@ -41,6 +41,16 @@ void linkEnv(const std::string& base, const std::vector<std::pair<const char*, s
   for (const auto& [name, value] : env) setenv(name, value.c_str(), 1);
 }
 
+// Endpoints on NIC 0 and NIC 1 of the child, enabled (links are told apart by NIC).
+void openNicPair(Node& nic0, Node& nic1) {
+  Options second;
+  second.nic = 1;
+  nic0.open(Options{});
+  nic1.open(second);
+  nic0.enable();
+  nic1.enable();
+}
+
 uint32_t downMask(Node& node) {
   uint32_t mask = 0;
   size_t len = sizeof(mask);
@@ -120,12 +130,7 @@ TEST_P(EfaRules, LinkGoesDownAfterOperationsAndComesBack) {
   EXPECT_TRUE(runChildren(1, [&](int, int) {
     linkEnv(GetParam(), {{"NNF_EFA_RULES_FAIL_AFTER_OPS", "1:3:3"}});
     Node nic0, nic1;
-    Options second;
-    second.nic = 1;
-    nic0.open(Options{});
-    nic1.open(second);
-    nic0.enable();
-    nic1.enable();
+    openNicPair(nic0, nic1);
     fi_addr_t to0 = nic1.insert(nic0);
     fi_addr_t to1 = nic0.insert(nic1);
     std::vector<unsigned char> src(4096), dst(4096, 0), in(64, 0);
@@ -206,12 +211,7 @@ TEST_P(EfaRules, AWriteInFlightWhenTheLinkGoesDownFailsThoughItMayLand) {
     unlink(control.c_str());
     linkEnv(GetParam(), {{"NNF_EFA_RULES_FAIL_FILE", control}});
     Node nic0, nic1;
-    Options second;
-    second.nic = 1;
-    nic0.open(Options{});
-    nic1.open(second);
-    nic0.enable();
-    nic1.enable();
+    openNicPair(nic0, nic1);
     fi_addr_t to0 = nic1.insert(nic0);
     std::vector<unsigned char> src(8192, 0x5a), dst(8192, 0);
     fid_mr* srcMr = nic1.reg(src.data(), src.size(), FI_WRITE);
@@ -266,12 +266,7 @@ TEST_P(EfaRules, APeersDownLinkFailsWhatIsAddressedToIt) {
       linkEnv(GetParam(), {});
     }
     Node nic0, nic1;
-    Options second;
-    second.nic = 1;
-    nic0.open(Options{});
-    nic1.open(second);
-    nic0.enable();
-    nic1.enable();
+    openNicPair(nic0, nic1);
     nic0.exchange(fd);
     nic1.exchange(fd);
     std::vector<unsigned char> buf(4096, me == 0 ? 0 : 0x3c);
@@ -326,12 +321,7 @@ TEST_P(EfaRules, LinkGoesDownAfterMillisecondsAndComesBack) {
   EXPECT_TRUE(runChildren(1, [&](int, int) {
     linkEnv(GetParam(), {{"NNF_EFA_RULES_FAIL_AFTER_MS", "1:500:500"}});
     Node nic0, nic1;
-    Options second;
-    second.nic = 1;
-    nic0.open(Options{});
-    nic1.open(second);
-    nic0.enable();
-    nic1.enable();
+    openNicPair(nic0, nic1);
     fi_addr_t to0 = nic1.insert(nic0);
     std::vector<unsigned char> src(256, 1), dst(256, 0);
     fid_mr* srcMr = nic1.reg(src.data(), src.size(), FI_WRITE);
@@ -377,12 +367,7 @@ TEST_P(EfaRules, ASilentLinkSwallowsWritesUntilTheirPeerIsRemoved) {
     linkEnv(GetParam(),
             {{"NNF_EFA_RULES_FAIL_FILE", control}, {"NNF_EFA_RULES_SILENT_GIVE_UP_MS", "3000"}});
     Node nic0, nic1;
-    Options second;
-    second.nic = 1;
-    nic0.open(Options{});
-    nic1.open(second);
-    nic0.enable();
-    nic1.enable();
+    openNicPair(nic0, nic1);
     fi_addr_t to0 = nic1.insert(nic0);
     std::vector<unsigned char> src(4096, 0x5a), dst(4096, 0);
     fid_mr* srcMr = nic1.reg(src.data(), src.size(), FI_WRITE);

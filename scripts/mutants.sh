@@ -346,7 +346,7 @@ table() {
   # leaves its broken paths out; a path rejoins by its probe; our own NIC's failure still takes
   # the rail down.
   mutant path-blames-the-rail src/core/device_paths.cc \
-    'if (pathProbe_ == nullptr || op.peer == selfAddresses_[rail] || op.peer == FI_ADDR_UNSPEC) {' \
+    'if (pathProbe_ == nullptr || peer == selfAddresses_[rail] || peer == FI_ADDR_UNSPEC) {' \
     'if (true) {' failover_test 'Failover.APeers*' NNF_TEST_PROVIDER=efa+rdma+2rails
   mutant path-left-in-stripes src/protocol/rdma_striping.cc \
     'carrying(rails, carrying, comm_.pathsDown());' 'carrying(rails, carrying, 0);' \
@@ -375,7 +375,7 @@ table() {
     'if ((found.unwitnessed & ~1u) != 0) comm.pingForWitness();' '' \
     failover_test 'Failover.APeersSilentNic*' NNF_TEST_PROVIDER=efa+rdma+2rails
   mutant silence-path-left-up src/core/device_silence.cc \
-    '    } else if (takePathDown(rail, peer, what)) {' '    } else if (false) {' \
+    '  pathBroke(rail, peer, what);  // as a failed write' '  // left up' \
     failover_test 'Failover.APeersSilentNic*' NNF_TEST_PROVIDER=softefa+rdma+2rails
   mutant silence-judges-a-slow-peer src/core/silence_watch.cc \
     'if ((stuck & bit) == 0 || (stuck & ~bit) != 0) continue;' 'if ((stuck & bit) == 0) continue;' \

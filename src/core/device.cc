@@ -218,7 +218,7 @@ void Device::onTransferError(size_t rail, const Operation& op, int error, const 
     char what[320];
     snprintf(what, sizeof(what), "failed a %zu-byte %s: %s%s%s%s", op.length, opTypeName(op.type),
              fi_strerror(error), detail ? " (" : "", detail ? text : "", detail ? ")" : "");
-    pathBroke(rail, op, what);
+    pathBroke(rail, op.peer, what);
     return;
   }
   if ((railErrorsReported_ & (1u << rail)) != 0) return;
@@ -262,8 +262,7 @@ int Device::speedWith(size_t rails) const {
 
 uint64_t Device::probeRails() {
   uint64_t now = nowNs();
-  uint64_t wait =
-      std::min({releaseStrandedWhenDue(now), probePaths(now), lookForSilentPaths(now)});
+  uint64_t wait = std::min({releaseStrandedWhenDue(now), probePaths(now), lookForSilentPaths(now)});
   // A read asking whether our NIC or a path broke is in flight: its answer is read soon.
   if (classifying_ != 0) wait = 0;
   if (railProbe_ == nullptr || railHealth_.allUp()) return wait;

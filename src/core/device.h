@@ -259,9 +259,10 @@ class Device : private protocol::DeviceSetup, private EngineEvents {
   // Rail `rail`'s path is broken (`what`: how it showed): left out of new messages, probed, named
   // in one WARN (an INFO when it fails again after rejoining).
   void railPathBroke(size_t rail, const char* what);
-  // `op` failed on a broken path (device_paths.cc): that path goes down for the comms to its
-  // peer, and our own NIC is asked at once (classifyRail) whether the rail broke as a whole.
-  void pathBroke(size_t rail, const Operation& op, const char* what);
+  // The path of `rail` to `peer` broke (device_paths.cc: an operation failed on it, or it went
+  // silent): it goes down for the comms to that peer, and our own NIC is asked at once
+  // (classifyRail) whether the rail broke as a whole.
+  void pathBroke(size_t rail, fi_addr_t peer, const char* what);
   void classifyRail(size_t rail);
   // The same where our NIC is known to work (its read succeeded): the path goes down and is named.
   void pathBrokeBeyondOurNic(size_t rail, fi_addr_t peer, const char* what);

@@ -51,15 +51,15 @@ bool Device::takePathDown(size_t rail, fi_addr_t peer, const char* what) {
   return true;
 }
 
-void Device::pathBroke(size_t rail, const Operation& op, const char* what) {
+void Device::pathBroke(size_t rail, fi_addr_t peer, const char* what) {
   if (railHealth_.state(rail) != RailState::kUp) return;  // down as a whole: its failure told
   // Without a probe nothing tells our NIC from the path (and a read of our own goes through
   // our NIC alone): the rail goes down as a whole, as it did before paths were told apart.
-  if (pathProbe_ == nullptr || op.peer == selfAddresses_[rail] || op.peer == FI_ADDR_UNSPEC) {
+  if (pathProbe_ == nullptr || peer == selfAddresses_[rail] || peer == FI_ADDR_UNSPEC) {
     railPathBroke(rail, what);
     return;
   }
-  if (takePathDown(rail, op.peer, what)) classifyRail(rail);
+  if (takePathDown(rail, peer, what)) classifyRail(rail);
 }
 
 void Device::pathBrokeBeyondOurNic(size_t rail, fi_addr_t peer, const char* what) {

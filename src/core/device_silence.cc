@@ -71,14 +71,7 @@ void Device::pathWentSilent(size_t rail, fi_addr_t peer) {
            "did (NCCL_FABRIC_RAIL_TIMEOUT_MS)",
            static_cast<unsigned long long>(silenceBoundNs_ / 1000000));
   std::string peerName = peerText(rail, peer);
-  if (railHealth_.state(rail) == RailState::kUp) {
-    // As a failed write's path (pathBroke): our NIC is asked at once whether it broke itself.
-    if (pathProbe_ == nullptr || peer == selfAddresses_[rail]) {
-      railPathBroke(rail, what);
-    } else if (takePathDown(rail, peer, what)) {
-      classifyRail(rail);
-    }
-  }
+  pathBroke(rail, peer, what);  // as a failed write's: our NIC is asked whether it broke itself
   if (!rails_->takesBackPostedWritesSafely()) {
     NNF_INFO(abi::kLogSubsysNet,
              "device %d: rail %zu (NIC %s) %s: what is stuck on it to the peer at %s stays with "

@@ -9,10 +9,10 @@
 // The device looks at each comm every quarter of the bound (Device::lookForSilentPaths): the comm
 // counts its writes' completions per rail (one increment, on comms of several rails only), and a
 // look says which rails had a write in flight. A rail is quiet from the last look that saw it
-// complete a write (or carry none): whatever is stuck on it now was posted before that look, so
-// the witnesses are the other rails' completions since the look before it. Where there are none
-// (a stream of one message at a time: nothing else moves while it waits), the device sends the
-// peer a ping over another rail, whose delivery witnesses.
+// complete a write, or from the first that saw it busy after one that saw it idle; the witnesses
+// are the other rails' completions since the look before the one it went quiet at. Where there
+// are none (a stream of one message at a time: nothing else moves while it waits), the comm pings
+// its peer over its control rail, whose delivery witnesses.
 #pragma once
 
 #include <cstddef>
@@ -25,8 +25,8 @@ namespace nnf::core {
 class SilenceWatch {
  public:
   // A write of the comm completed on `rail` (or a message to the peer over it, sent to witness:
-  // Findings::unwitnessed).
-  // A write settled by the receiver's answer carries no rail (kMaxRails): none counts it.
+  // Findings::unwitnessed). A write settled by the receiver's answer carries no rail
+  // (kMaxRails), and counts on none.
   void landed(size_t rail) {
     if (rail < memory::kMaxRails) ++landed_[rail];
   }

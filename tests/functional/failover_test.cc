@@ -822,7 +822,9 @@ void peerNicBreaks(int rail, int kHealthy, bool silent = false) {
     for (int i = 0; i < kMessages; ++i) {
       if (i == kHealthy) {
         ASSERT_NO_FATAL_FAILURE(links.setDownFor(receiverPid, down.c_str()));
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        // Silent: long enough (two bounds) that the messages before are no witness for the stuck
+        // one: only the comm's ping is (SilenceWatch::Findings::unwitnessed).
+        std::this_thread::sleep_for(std::chrono::milliseconds(silent ? 600 : 20));
       }
       if (i == kMended) {
         // The path broke and our rail did not: named once as a path, the speed kept.

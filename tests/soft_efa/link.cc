@@ -130,6 +130,18 @@ void vote(Registry& reg, uint32_t voted, uint32_t slots, uint32_t ownSlots,
   }
 }
 
+// One stderr line for each device slot that `now` changed from `before` for this process alone.
+void reportOwnChanges(uint32_t before, uint32_t now, const char* set, const char* cleared) {
+  for (uint32_t slot = 0; slot < kMaxDevices; ++slot) {
+    uint32_t bit = 1u << slot;
+    if (!((before ^ now) & bit)) continue;
+    const Device* device = deviceBySlot(slot);
+    std::fprintf(stderr, "soft-efa %d: %s link %s for this process alone\n",
+                 static_cast<int>(getpid()), device != nullptr ? device->ibv.name : "?",
+                 (now & bit) ? set : cleared);
+  }
+}
+
 // The schedules brought up to date; votes changed in the registry where the view changed. The
 // operation schedule moves only at the check of a post (`posting`), once K (or K2) were counted:
 // no operation is failed by the transition its own count brings.
@@ -182,26 +194,8 @@ void refresh(LinkState& links, bool posting) {
   }
   if (slots == links.voted && ownSlots == links.ownVoted && ownSilent == links.ownSilentVoted)
     return;
-  if (ownSilent != links.ownSilentVoted) {
-    for (uint32_t slot = 0; slot < kMaxDevices; ++slot) {
-      uint32_t bit = 1u << slot;
-      if (!((ownSilent ^ links.ownSilentVoted) & bit)) continue;
-      const Device* device = deviceBySlot(slot);
-      std::fprintf(stderr, "soft-efa %d: %s link %s for this process alone\n",
-                   static_cast<int>(getpid()), device != nullptr ? device->ibv.name : "?",
-                   (ownSilent & bit) ? "silent" : "no longer silent");
-    }
-  }
-  if (ownSlots != links.ownVoted) {
-    for (uint32_t slot = 0; slot < kMaxDevices; ++slot) {
-      uint32_t bit = 1u << slot;
-      if (!((ownSlots ^ links.ownVoted) & bit)) continue;
-      const Device* device = deviceBySlot(slot);
-      std::fprintf(stderr, "soft-efa %d: %s link %s for this process alone\n",
-                   static_cast<int>(getpid()), device != nullptr ? device->ibv.name : "?",
-                   (ownSlots & bit) ? "down" : "up again");
-    }
-  }
+  reportOwnChanges(links.ownSilentVoted, ownSilent, "silent", "no longer silent");
+  reportOwnChanges(links.ownVoted, ownSlots, "down", "up again");
   vote(registry(), links.voted, slots, ownSlots, ownSilent);
   links.voted = slots;
   links.ownVoted = ownSlots;

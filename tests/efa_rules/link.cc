@@ -342,32 +342,27 @@ class Links {
 
   uint32_t publishLocked() {
     if (ownerPid_ != getpid()) openOwnFile();
-    if (silentMask_ != publishedSilent_) {
-      for (int nic = 0; nic < kMaxNics; ++nic) {
-        uint32_t bit = 1u << nic;
-        if ((silentMask_ ^ publishedSilent_) & bit) {
-          std::fprintf(stderr, "efa-rules: pid %d: NIC %d link %s\n", static_cast<int>(getpid()),
-                       nic, (silentMask_ & bit) ? "silent" : "no longer silent");
-        }
-      }
-      publishedSilent_ = silentMask_;
-      if (own_ != nullptr) own_[1].store(silentMask_, std::memory_order_release);
-    }
+    publish(silentMask_, &publishedSilent_, 1, "silent", "no longer silent");
     uint32_t mask = fileMask_;
     if (opsDown_) mask |= 1u << controls_.ops.nic;
     if (msDown_) mask |= 1u << controls_.ms.nic;
-    if (mask != published_) {
-      for (int nic = 0; nic < kMaxNics; ++nic) {
-        uint32_t bit = 1u << nic;
-        if ((mask ^ published_) & bit) {
-          std::fprintf(stderr, "efa-rules: pid %d: NIC %d link %s\n", static_cast<int>(getpid()),
-                       nic, (mask & bit) ? "down" : "up again");
-        }
-      }
-      published_ = mask;
-      if (own_ != nullptr) own_->store(mask, std::memory_order_release);
-    }
+    publish(mask, &published_, 0, "down", "up again");
     return mask;
+  }
+
+  // Word `word` of the health page becomes `mask` (from *published), one stderr line a NIC
+  // that changed.
+  void publish(uint32_t mask, uint32_t* published, int word, const char* set, const char* cleared) {
+    if (mask == *published) return;
+    for (int nic = 0; nic < kMaxNics; ++nic) {
+      uint32_t bit = 1u << nic;
+      if ((mask ^ *published) & bit) {
+        std::fprintf(stderr, "efa-rules: pid %d: NIC %d link %s\n", static_cast<int>(getpid()), nic,
+                     (mask & bit) ? set : cleared);
+      }
+    }
+    *published = mask;
+    if (own_ != nullptr) own_[word].store(mask, std::memory_order_release);
   }
 
   LinkControls controls_;

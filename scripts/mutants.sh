@@ -380,6 +380,20 @@ table() {
   mutant silence-judges-a-slow-peer src/core/silence_watch.cc \
     'if ((stuck & bit) == 0 || (stuck & ~bit) != 0) continue;' 'if ((stuck & bit) == 0) continue;' \
     silence_watch_test 'SilenceWatch.*' -
+  # A comm that connects while the leader is down (issue 27): the connect message goes on a rail
+  # up toward the listener, again on another after its rail broke, and is taken once.
+  mutant connect-on-the-leader-only src/core/send_comm.cc \
+    'sendSetUp(setUpRail(0), connectSend_' 'sendSetUp(0, connectSend_' \
+    failover_test 'Failover.ACommConnectsWhileTheLeaderIsKnownDown' NNF_TEST_PROVIDER=efa+rdma+2rails
+  mutant connect-not-sent-again src/core/send_comm.cc \
+    'if (device().controlChannel().sendAgain(op, control(), *this, error)) return;' '' \
+    failover_test 'Failover.ACommWhoseConnectMeets*' NNF_TEST_PROVIDER=softefa+rdma+2rails
+  mutant connect-taken-twice src/core/listen_comm.cc \
+    'if (std::find(connected_.begin(), connected_.end(), connector) != connected_.end()) return;' '' \
+    rdma_failover_test 'RdmaFailoverOverFakeFabric.ASetUpMessage*' -
+  mutant wire-handle-rails src/core/wire.cc \
+    'size_t{handle.rails} * handle.addressLength > kMaxAddressLength) {' 'false) {' \
+    wire_test 'ListenHandle.*' -
 }
 
 # ---------------------------------------------------------------------------------------------

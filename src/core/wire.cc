@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
@@ -70,7 +71,8 @@ uint64_t localHostId() {
 }
 
 ListenHandle makeListenHandle(uint32_t listenerId, const std::string& provider, const void* address,
-                              size_t addressLength) {
+                              size_t addressLength, const uint8_t* const* moreRails,
+                              size_t moreRailCount) {
   if (addressLength > kMaxAddressLength) {
     throw std::runtime_error("endpoint address of " + std::to_string(addressLength) +
                              " bytes does not fit the listen handle");
@@ -82,6 +84,11 @@ ListenHandle makeListenHandle(uint32_t listenerId, const std::string& provider, 
   handle.listenerId = listenerId;
   handle.providerHash = providerHash(provider);
   memcpy(handle.address, address, addressLength);
+  size_t fit = addressLength > 0 ? kMaxAddressLength / addressLength : 1;
+  size_t rails = std::min({fit, moreRailCount + 1, kMaxRails});
+  for (size_t r = 1; r < rails; ++r)
+    memcpy(handle.address + r * addressLength, moreRails[r - 1], addressLength);
+  handle.rails = static_cast<uint16_t>(rails);
   handle.checksum = handleChecksum(handle);
   return handle;
 }
@@ -107,6 +114,12 @@ bool decodeListenHandle(const void* data, size_t size, const std::string& provid
   }
   if (handle.addressLength == 0 || handle.addressLength > kMaxAddressLength) {
     *reason = "listen handle has an address length of " + std::to_string(handle.addressLength);
+    return false;
+  }
+  if (handle.rails == 0 || handle.rails > kMaxRails ||
+      size_t{handle.rails} * handle.addressLength > kMaxAddressLength) {
+    *reason = "listen handle names " + std::to_string(handle.rails) + " rails of " +
+              std::to_string(handle.addressLength) + "-byte addresses";
     return false;
   }
   if (handle.listenerId > tags::kMaxCommId) {

@@ -16,9 +16,11 @@ namespace nnf::core::wire {
 // (kProtocol: the rdma protocol's rail recovery) and the rdma arena slot's recovery area; 6: the
 // rdma eager write's immediate carries its generation in the bounce entry; 7: the connect message
 // carries the sender's rails (the receiver writes and answers on any of them when its leader
-// fails) and the rdma descriptor group its slot's generation. Both ends check it: a peer of
-// another version is refused with a reason naming both versions.
-constexpr uint16_t kVersion = 7;
+// fails) and the rdma descriptor group its slot's generation; 8: the listen handle carries the
+// listener's rails beyond the leader where they fit (a comm connects over another rail while the
+// leader is down). Both ends check it: a peer of another version is refused with a reason naming
+// both versions.
+constexpr uint16_t kVersion = 8;
 constexpr size_t kMaxAddressLength = 96;
 // The rails of a device beyond its leader, as an accept message carries them (EFA addresses
 // are 32 bytes, IPv6 sockaddrs 28).
@@ -64,8 +66,13 @@ struct ListenHandle {
   uint64_t connectToken;
   uint32_t checksum;  // over every byte but connectToken: a cut or garbled handle never
                       // reaches the address vector
-  uint32_t reserved;
+  // The listener's rails 0 .. rails-1, each addressLength bytes in `address`: as many as fit
+  // (three EFA addresses of 32 bytes), so that a connecting rank whose path to the leader is
+  // down reaches the listener over another rail.
+  uint16_t rails;
+  uint16_t reserved;
   uint8_t address[kMaxAddressLength];
+  const uint8_t* railAddress(size_t rail) const { return address + rail * addressLength; }
 };
 static_assert(sizeof(ListenHandle) == 128);
 
@@ -126,8 +133,12 @@ uint64_t localHostId();
 
 uint32_t providerHash(const std::string& provider);
 
+// `address`: the leader's; `moreRails`: the addresses of rails 1..moreRailCount, each
+// `addressLength` bytes, of which the handle keeps those that fit. Throws std::runtime_error when
+// the leader's does not.
 ListenHandle makeListenHandle(uint32_t listenerId, const std::string& provider, const void* address,
-                              size_t addressLength);
+                              size_t addressLength, const uint8_t* const* moreRails = nullptr,
+                              size_t moreRailCount = 0);
 // Validates `size` bytes at `data` as a listen handle of `provider`.
 bool decodeListenHandle(const void* data, size_t size, const std::string& provider,
                         ListenHandle* out, std::string* reason);

@@ -22,20 +22,25 @@ bool obeysEveryRule(const ListenHandle& handle, const std::string& provider) {
   return handle.magic == ListenHandle::kMagic && handle.version == core::wire::kVersion &&
          handle.checksum == core::wire::handleChecksum(handle) &&
          handle.providerHash == core::wire::providerHash(provider) && handle.addressLength >= 1 &&
-         handle.addressLength <= core::wire::kMaxAddressLength &&
+         handle.addressLength <= core::wire::kMaxAddressLength && handle.rails >= 1 &&
+         handle.rails <= core::wire::kMaxRails &&
+         size_t{handle.rails} * handle.addressLength <= core::wire::kMaxAddressLength &&
          handle.listenerId <= core::tags::kMaxCommId;
 }
 
 // What was accepted is what the encoder makes from the decoded fields, up to what the encoder
 // leaves zero (connect token, reserved word, address tail) and the checksum over them.
 void checkReencodes(const ListenHandle& decoded, const std::string& provider) {
-  ListenHandle again = core::wire::makeListenHandle(decoded.listenerId, provider, decoded.address,
-                                                    decoded.addressLength);
+  const uint8_t* more[core::wire::kMaxRails - 1] = {};
+  for (size_t r = 1; r < decoded.rails; ++r) more[r - 1] = decoded.railAddress(r);
+  ListenHandle again =
+      core::wire::makeListenHandle(decoded.listenerId, provider, decoded.address,
+                                   decoded.addressLength, more, decoded.rails - 1u);
   ListenHandle normal = decoded;
   normal.connectToken = 0;
   normal.reserved = 0;
-  memset(normal.address + normal.addressLength, 0,
-         core::wire::kMaxAddressLength - normal.addressLength);
+  const size_t used = size_t{normal.rails} * normal.addressLength;
+  memset(normal.address + used, 0, core::wire::kMaxAddressLength - used);
   normal.checksum = core::wire::handleChecksum(normal);
   NNF_FUZZ_CHECK(memcmp(&again, &normal, sizeof(again)) == 0);
 }

@@ -31,10 +31,12 @@ void writeFile(const std::string& path, const void* data, size_t size) {
 }
 
 // A valid handle of the provider that `control` (handle_input.h) picks, after the control byte.
+// `moreRails`: the listener's rails beyond the leader, each at `address` (as many as fit).
 void writeHandle(const std::string& path, uint8_t control, uint32_t listenerId,
-                 const uint8_t* address, size_t addressLength) {
+                 const uint8_t* address, size_t addressLength, size_t moreRails = 0) {
+  const uint8_t* more[core::wire::kMaxRails - 1] = {address, address, address};
   core::wire::ListenHandle handle = core::wire::makeListenHandle(
-      listenerId, handle_input::provider(control), address, addressLength);
+      listenerId, handle_input::provider(control), address, addressLength, more, moreRails);
   std::vector<uint8_t> bytes(1 + sizeof(handle));
   bytes[0] = control;
   memcpy(bytes.data() + 1, &handle, sizeof(handle));
@@ -105,6 +107,7 @@ int run(const std::string& root) {
   writeHandle(root + "/listen_handle/tcp_16", 0, 3, address, 16);
   writeHandle(root + "/listen_handle/shm_64", 1 | reach, 1, address, 64);
   writeHandle(root + "/listen_handle/efa_32", 2 | reach, core::tags::kMaxCommId, address, 32);
+  writeHandle(root + "/listen_handle/efa_32_three_rails", 2 | reach, 4, address, 32, 3);
   writeHandle(root + "/listen_handle/rxm_1", 3, 0, address, 1);
   writeHandle(root + "/listen_handle/tcp_max", 0 | reach, 9, address,
               core::wire::kMaxAddressLength);

@@ -8,6 +8,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/tags.h"
 
@@ -50,6 +51,45 @@ TEST(ListenHandle, RoundTrips) {
   EXPECT_EQ(decoded.addressLength, sizeof(kAddress));
   EXPECT_EQ(memcmp(decoded.address, kAddress, sizeof(kAddress)), 0);
   EXPECT_EQ(decoded.connectToken, 0u);
+}
+
+// The listener's rails beyond the leader, as many as fit the handle's 96 address bytes: a rank
+// whose path to the leader is down connects over one of them (issue 27).
+TEST(ListenHandle, CarriesTheListenersRailsThatFit) {
+  struct Case {
+    size_t length, rails, kept;
+  };
+  for (Case c : {Case{32, 4, 3}, Case{16, 4, 4}, Case{48, 2, 2}, Case{60, 2, 1}, Case{32, 1, 1}}) {
+    SCOPED_TRACE(std::to_string(c.rails) + " rails of " + std::to_string(c.length) + " bytes");
+    std::vector<std::vector<uint8_t>> addresses;
+    for (size_t r = 0; r < c.rails; ++r) addresses.emplace_back(c.length, uint8_t(0x10 * r + 1));
+    std::vector<const uint8_t*> more;
+    for (size_t r = 1; r < c.rails; ++r) more.push_back(addresses[r].data());
+    wire::ListenHandle handle =
+        wire::makeListenHandle(5, "shm", addresses[0].data(), c.length, more.data(), more.size());
+    wire::ListenHandle decoded;
+    std::string reason;
+    ASSERT_TRUE(wire::decodeListenHandle(&handle, sizeof(handle), "shm", &decoded, &reason))
+        << reason;
+    ASSERT_EQ(decoded.rails, c.kept);
+    for (size_t r = 0; r < c.kept; ++r) {
+      EXPECT_EQ(memcmp(decoded.railAddress(r), addresses[r].data(), c.length), 0) << "rail " << r;
+    }
+  }
+}
+
+TEST(ListenHandle, RejectsMoreRailsThanItsAddressesHoldBehindAValidChecksum) {
+  const uint8_t efaLike[32] = {1};  // three fit in 96 bytes
+  const wire::ListenHandle handle = wire::makeListenHandle(1, "shm", efaLike, sizeof(efaLike));
+  for (uint16_t rails : {0, 4, 5, 0xffff}) {
+    wire::ListenHandle bad = handle;
+    bad.rails = rails;
+    EXPECT_TRUE(names(rejection(resealed(bad)), "names " + std::to_string(rails) + " rails"))
+        << rails;
+  }
+  wire::ListenHandle three = handle;
+  three.rails = 3;
+  EXPECT_EQ(rejection(resealed(three)), "");
 }
 
 TEST(ListenHandle, FitsNcclHandle) {

@@ -58,8 +58,9 @@ class Comm : public OperationOwner {
   // Completion callbacks (OperationOwner), called by the device with its lock held.
 
   // A control message addressed to this comm arrived on the device's control channel (device
-  // lock held); `data` is valid only during the call. Ignored by default (pings).
-  virtual void onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) {}
+  // lock held) on `rail`; `data` is valid only during the call. Ignored by default (pings).
+  virtual void onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length,
+                                size_t rail) {}
 
   // Marks the comm closed and asks the provider to cancel what it still holds. The device keeps
   // the object until nothing is in flight any more.

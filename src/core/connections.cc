@@ -51,10 +51,19 @@ abi::Result Plugin::listen(int dev, void* handle, void** out) {
   ListenComm* comm = device->createComm<ListenComm>();
   if (comm == nullptr) return abi::kSystemError;
   const auto& address = device->rail().address();
+  // The other rails' addresses, where they are as long as the leader's: the handle keeps those
+  // that fit, for a peer whose path to our leader is down.
+  const uint8_t* moreRails[wire::kMaxRails - 1];
+  size_t more = 0;
+  while (more + 1 < device->railCount() &&
+         device->rail(more + 1).address().size() == address.size()) {
+    moreRails[more] = device->rail(more + 1).address().data();
+    ++more;
+  }
   wire::ListenHandle encoded;
   try {
-    encoded =
-        wire::makeListenHandle(comm->id(), device->provider(), address.data(), address.size());
+    encoded = wire::makeListenHandle(comm->id(), device->provider(), address.data(), address.size(),
+                                     moreRails, more);
   } catch (const std::exception& error) {
     NNF_WARN("listen on device %d: %s", dev, error.what());
     device->closeComm(*comm);

@@ -81,6 +81,13 @@ abi::Result ControlChannel::send(Operation& op, uint8_t* buffer, const ControlSl
                 payload, length);
 }
 
+abi::Result ControlChannel::sendSetUp(size_t rail, Operation& op, const ControlSlot& slot,
+                                      const DataComm& comm, uint32_t remoteId,
+                                      wire::ControlKind kind, const void* payload, size_t length) {
+  return sendOn(rail, op, slot.data, slot.descOf(rail), comm.peer(rail), remoteId, kind, payload,
+                length);
+}
+
 bool ControlChannel::sendAgain(Operation& op, const ControlSlot& slot, const DataComm& comm,
                                int error) {
   int rail = device_.railHealth().railInsteadOf(op.rail, error, comm.rails(), comm.pathsDown());
@@ -120,7 +127,7 @@ void ControlChannel::onComplete(Operation& op, size_t length) {
   } else if (Comm* comm = device_.findComm(header.commId);
              comm != nullptr && (!comm->closed() || closingKind(header.kind))) {
     comm->onControlMessage(static_cast<wire::ControlKind>(header.kind),
-                           entry.slot.data + sizeof(header), header.length);
+                           entry.slot.data + sizeof(header), header.length, entry.rail);
   } else {
     NNF_TRACE("device %d: dropped a control message for comm %u, not open", device_.index(),
               header.commId);

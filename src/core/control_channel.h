@@ -57,7 +57,12 @@ class ControlChannel final : public OperationOwner {
   // and `slot`'s descriptor there); `slot` holds `buffer`.
   abi::Result send(Operation& op, uint8_t* buffer, const ControlSlot& slot, const DataComm& comm,
                    wire::ControlKind kind, const void* payload, size_t length);
-  // `op`, sent by the call above, failed with `error`: when that says its rail's path broke and
+  // A set-up message of `comm` (connect, accept) in `slot`, on `rail` to comm `remoteId` of the
+  // peer there: the comm knows its peer's rails before it knows its remote id.
+  abi::Result sendSetUp(size_t rail, Operation& op, const ControlSlot& slot, const DataComm& comm,
+                        uint32_t remoteId, wire::ControlKind kind, const void* payload,
+                        size_t length);
+  // `op`, sent by either call above, failed with `error`: when that says its rail's path broke and
   // another of `comm`'s rails is up, the same bytes go again there (true: `op` is in flight
   // again; its owner hears of its end as before). The receiver may get it twice (the first may
   // have landed): every control message of a connected comm is one it can take twice.

@@ -78,6 +78,30 @@ bool DataComm::adoptPeerRails(const wire::RailAddresses& peerRails, const char* 
   return true;
 }
 
+bool DataComm::adoptListenerRails(const wire::ListenHandle& handle) {
+  size_t rails = std::min<size_t>(device().railCount(), handle.rails);
+  for (size_t r = 1; r < rails; ++r) {
+    int ret =
+        device().peerAddress(handle.railAddress(r), handle.addressLength, &railPeers_[r - 1], r);
+    if (ret != 0) {
+      NNF_WARN("connection of comm %u failed: cannot add the listener's address on NIC %s: %s",
+               id(), device().railNames()[r].c_str(), fi_strerror(-ret));
+      return false;
+    }
+  }
+  rails_ = rails;
+  pathsDown_ = device().pathsDownOf(*this);
+  return true;
+}
+
+size_t DataComm::setUpRail(size_t preferred) const {
+  const RailHealth& health = device().railHealth();
+  if (preferred < rails_ && (health.usable(rails_, pathsDown_) & (1u << preferred)) != 0) {
+    return preferred;
+  }
+  return health.firstUp(rails_, pathsDown_);
+}
+
 void DataComm::setPeerIdentity(uint32_t pid, uint64_t hostId) {
   peerPid_ = pid;
   peerLocal_ = hostId == wire::localHostId();

@@ -177,6 +177,12 @@ class DataComm : public Comm {
   // the WARN): the comm moves data on the rails both devices have, rail r to rail r (the same
   // network). False, logged, when an address cannot be added.
   bool adoptPeerRails(const wire::RailAddresses& peerRails, const char* who);
+  // The listener's rails as its handle names them (those that fit), until its accept message
+  // names them all: the connect message goes on the first of them up. False, logged, as above.
+  bool adoptListenerRails(const wire::ListenHandle& handle);
+  // Where a set-up message goes: `preferred` (the rail the peer's came on) while it is usable,
+  // else the first usable rail of the comm.
+  size_t setUpRail(size_t preferred) const;
   // `quiet`: an expected death (found while closing) is logged at INFO only.
   void failPeer(const char* why, bool quiet = false);
   // The peer takes nothing more, but what is in flight finishes on its own (rdma: the receiver

@@ -1,5 +1,7 @@
 #include "core/listen_comm.h"
 
+#include <algorithm>
+
 #include "core/device.h"
 #include "core/recv_comm.h"
 #include "log/log.h"
@@ -14,12 +16,16 @@ void ListenComm::cancelInFlight() {
   accepting_.clear();
 }
 
-void ListenComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) {
+void ListenComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length,
+                                  size_t rail) {
   if (kind != wire::ControlKind::kConnect) return;
   wire::ConnectMessage message;
   std::string reason;
   if (wire::decodeConnectMessage(data, length, id(), &message, &reason)) {
-    pending_.push_back(message);
+    Connector connector{message.hostId, message.pid, message.senderCommId};
+    if (std::find(connected_.begin(), connected_.end(), connector) != connected_.end()) return;
+    connected_.push_back(connector);
+    pending_.push_back(Pending{message, rail});
   } else {
     NNF_WARN("dropping a connection request on listener %u: %s", id(), reason.c_str());
   }
@@ -36,7 +42,7 @@ abi::Result ListenComm::accept(RecvComm** out) {
       result = abi::kSystemError;
       break;
     }
-    if (comm->start(pending_[started]) != abi::kSuccess) {
+    if (comm->start(pending_[started].message, pending_[started].rail) != abi::kSuccess) {
       // Through the normal close: start() may have posted a send that points into the comm.
       device().closeComm(*comm);
       result = abi::kSystemError;

@@ -23,7 +23,8 @@ class ListenComm final : public Comm {
   // once, so one peer that never takes its answer does not hold up the others.
   abi::Result accept(RecvComm** out);
 
-  void onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) override;
+  void onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length,
+                        size_t rail) override;
   // A listener posts nothing: no completion ever comes back to it.
   void onComplete(Operation&, size_t) override {}
   void onError(Operation&, int, size_t, const char*) override {}
@@ -33,7 +34,21 @@ class ListenComm final : public Comm {
   void cancelInFlight() override;
 
  private:
-  std::vector<wire::ConnectMessage> pending_;
+  struct Pending {
+    wire::ConnectMessage message;
+    size_t rail;  // it came on
+  };
+  // Who connected (a connect message sent again after its rail broke may arrive twice).
+  struct Connector {
+    uint64_t hostId;
+    uint32_t pid;
+    uint32_t senderCommId;
+    bool operator==(const Connector& other) const {
+      return hostId == other.hostId && pid == other.pid && senderCommId == other.senderCommId;
+    }
+  };
+  std::vector<Pending> pending_;
+  std::vector<Connector> connected_;
   std::vector<RecvComm*> accepting_;  // owned by the device until handed to NCCL
 };
 

@@ -14,7 +14,7 @@ RecvComm::RecvComm(Device& device, uint32_t id, size_t maxRecvs)
   acceptSend_.owner = this;
 }
 
-abi::Result RecvComm::start(const wire::ConnectMessage& request) {
+abi::Result RecvComm::start(const wire::ConnectMessage& request, size_t arrivalRail) {
   int ret = device().peerAddress(request.address, request.addressLength, &peer_);
   if (ret != 0) {
     NNF_WARN("cannot add the address of a connecting peer: %s", fi_strerror(-ret));
@@ -44,12 +44,14 @@ abi::Result RecvComm::start(const wire::ConnectMessage& request) {
   if (!adoptPeerRails(request.rails, "the sender")) return abi::kSystemError;
   wire::AcceptMessage message = wire::makeAcceptMessage(
       id(), request.senderCommId, static_cast<uint32_t>(protocol.id()), device().railAddresses());
-  return device().controlChannel().send(acceptSend_, control().data, control().desc, peer_,
-                                        request.senderCommId, wire::ControlKind::kAccept, &message,
-                                        sizeof(message));
+  // Back on the rail the connect message came on: that path works (the sender's leader may not).
+  return device().controlChannel().sendSetUp(setUpRail(arrivalRail), acceptSend_, control(), *this,
+                                             request.senderCommId, wire::ControlKind::kAccept,
+                                             &message, sizeof(message));
 }
 
-void RecvComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) {
+void RecvComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length,
+                                size_t rail) {
   if (kind == wire::ControlKind::kClosedAck) {
     device().protocol().onPeerClosedAck(*this, data, length);
   } else if (kind == wire::ControlKind::kProtocol && state_ == State::kReady) {
@@ -63,6 +65,7 @@ void RecvComm::onControlComplete(Operation& op, size_t length) {
 
 void RecvComm::onControlError(Operation& op, int error, const char* text) {
   if (closed()) return;
+  if (device().controlChannel().sendAgain(op, control(), *this, error)) return;
   NNF_WARN("sending the accept message of comm %u failed: %s (%s)", id(), fi_strerror(error),
            text != nullptr ? text : "");
   state_ = State::kFailed;

@@ -34,9 +34,12 @@ abi::Result SendComm::start(const wire::ListenHandle& handle) {
   wire::ConnectMessage message = wire::makeConnectMessage(
       id(), handle.listenerId, address.data(), address.size(), static_cast<uint16_t>(protocol.id()),
       info.ringAddress, info.ringKey, info.ringRailKeys, device().railAddresses());
-  return device().controlChannel().send(connectSend_, control().data, control().desc, peer_,
-                                        handle.listenerId, wire::ControlKind::kConnect, &message,
-                                        sizeof(message));
+  // On the leader, or on the first rail up toward the listener when our leader or our path to
+  // its leader is down (a NIC that failed before NCCL connects this peer).
+  if (!adoptListenerRails(handle)) return abi::kSystemError;
+  return device().controlChannel().sendSetUp(setUpRail(0), connectSend_, control(), *this,
+                                             handle.listenerId, wire::ControlKind::kConnect,
+                                             &message, sizeof(message));
 }
 
 void SendComm::onControlComplete(Operation& op, size_t length) {
@@ -45,7 +48,8 @@ void SendComm::onControlComplete(Operation& op, size_t length) {
   updateState();
 }
 
-void SendComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) {
+void SendComm::onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length,
+                                size_t rail) {
   if (kind == wire::ControlKind::kProtocol) {
     if (state_ == State::kReady) device().protocol().onProtocolMessage(*this, data, length);
     return;
@@ -89,6 +93,9 @@ void SendComm::updateState() {
 
 void SendComm::onControlError(Operation& op, int error, const char* text) {
   if (closed()) return;
+  // A rail that broke under it: again on another of the listener's rails (the listener takes a
+  // connect message once, should the first have arrived after all).
+  if (device().controlChannel().sendAgain(op, control(), *this, error)) return;
   NNF_WARN("connection of comm %u failed while sending the connect message: %s (%s)", id(),
            fi_strerror(error), text != nullptr ? text : "");
   state_ = State::kFailed;

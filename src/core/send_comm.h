@@ -18,7 +18,8 @@ class SendComm final : public DataComm {
   // Identifies this connection in NCCL's copy of the handle between connect() calls.
   uint64_t token() const { return token_; }
   // The accept message (through the device's control channel).
-  void onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length) override;
+  void onControlMessage(wire::ControlKind kind, const uint8_t* data, size_t length,
+                        size_t rail) override;
 
  protected:
   void onControlComplete(Operation& op, size_t length) override;

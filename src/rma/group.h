@@ -100,7 +100,8 @@ class Group final : public core::Comm, private InboundLink::Actions, private Sig
   // A join message for this group's listener (forwarded by the listener).
   void onJoin(const JoinMessage& join);
   void onListenerClosed() { listener_ = nullptr; }
-  void onControlMessage(core::wire::ControlKind kind, const uint8_t* data, size_t length) override;
+  void onControlMessage(core::wire::ControlKind kind, const uint8_t* data, size_t length,
+                        size_t rail) override;
   void onComplete(core::Operation& op, size_t length) override;
   void onError(core::Operation& op, int error, size_t overflow, const char* text) override;
   int inFlight() const override { return opsOut_; }

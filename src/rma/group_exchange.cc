@@ -97,7 +97,8 @@ bool Group::exchange(const char* what, Phase phase) {
   }
 }
 
-void Group::onControlMessage(core::wire::ControlKind kind, const uint8_t* data, size_t length) {
+void Group::onControlMessage(core::wire::ControlKind kind, const uint8_t* data, size_t length,
+                             size_t rail) {
   WindowMessage record;
   std::string reason;
   MessageKind messageKind;

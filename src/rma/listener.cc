@@ -29,7 +29,8 @@ void Listener::attach(Group* group) {
   for (const JoinMessage& join : early) group->onJoin(join);
 }
 
-void Listener::onControlMessage(core::wire::ControlKind kind, const uint8_t* data, size_t length) {
+void Listener::onControlMessage(core::wire::ControlKind kind, const uint8_t* data, size_t length,
+                                size_t rail) {
   if (kind != core::wire::ControlKind::kRma) return;
   JoinMessage join;
   std::string reason;

@@ -26,7 +26,8 @@ class Listener final : public core::Comm {
   // Joins go to `group` from now on (those that came already first).
   void attach(Group* group);
   void detach() { group_ = nullptr; }
-  void onControlMessage(core::wire::ControlKind kind, const uint8_t* data, size_t length) override;
+  void onControlMessage(core::wire::ControlKind kind, const uint8_t* data, size_t length,
+                        size_t rail) override;
   // A listener posts nothing.
   void onComplete(core::Operation&, size_t) override {}
   void onError(core::Operation&, int, size_t, const char*) override {}

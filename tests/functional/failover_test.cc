@@ -923,5 +923,110 @@ TEST(Failover, APeersSilentNicIsFoundAndLeavesTheRailToEveryOtherPeer) {
   peerNicBreaks(1, 7, /*silent=*/true);
 }
 
+// NCCL connects peers when it first needs them (point-to-point, alltoall): a comm that connects
+// after the leader's link broke must reach its peer over another rail. The listen handle carries
+// the listener's rails beyond the leader (those that fit: three of efa's addresses), the connect
+// message goes on the first rail up toward the listener, and the accept comes back on the rail
+// the connect came on. Comm A carries messages first; then comm B connects and carries messages
+// of three sizes, each arriving whole, the leader named once at each end.
+enum class LeaderDown {
+  kKnown,          // its link broke under A's messages: both devices know before B connects
+  kMetByConnect,   // it broke after A's last message: B's connect message meets it first, fails
+                   // on the leader and goes again on rail 1
+  kPeersNicKnown,  // the receiver's leader NIC alone broke under A's messages: the sender knows
+                   // its path there is broken (not its rail), and B's connect leaves it out
+};
+
+void aCommConnectsWhileTheLeaderIsDown(LeaderDown mode) {
+  REQUIRE_RAILS();
+  if (testProtocol() != "rdma") GTEST_SKIP() << "only the rdma protocol stripes over the rails";
+  constexpr int kMessagesOnA = 6;
+  constexpr int kBreakAt = 3;  // before A's fourth message, unless kMetByConnect
+  constexpr int kMessagesOnB = 9;
+  const int kSizes[3] = {64 << 10, 1024, 1 << 20};
+  auto sizeOf = [&](int i) { return kSizes[i % 3]; };
+  LinkControl links("failover-connect-" + std::to_string(static_cast<int>(mode)));
+  const int breakAt = mode == LeaderDown::kMetByConnect ? kMessagesOnA : kBreakAt;
+  const std::string leader = "rail 0 (NIC " + efaRulesDomainName(0) + ")";
+  auto sender = [&](Peer& peer) {
+    void *first, *second;
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &first));
+    long receiverPid = 0;
+    ASSERT_TRUE(peer.channel->recvValue(&receiverPid));
+    HostBuffer buffer(size_t{1} << 20);
+    void* mh;
+    ASSERT_NO_FATAL_FAILURE(regHost(peer, first, buffer.data(), buffer.size(), &mh));
+    for (int i = 0; i <= kMessagesOnA; ++i) {
+      if (i == breakAt) {
+        if (mode == LeaderDown::kPeersNicKnown) {
+          ASSERT_NO_FATAL_FAILURE(links.setDownFor(receiverPid, "0"));
+        } else {
+          ASSERT_NO_FATAL_FAILURE(links.setDown("0"));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the stand-ins read it
+      }
+      if (i == kMessagesOnA) break;
+      ASSERT_NO_FATAL_FAILURE(sendOneAndWait(peer, first, buffer.data(), sizeOf(i), mh, i));
+    }
+    ASSERT_TRUE(peer.channel->sendValue(1L));  // the receiver may listen for B now
+    ASSERT_NO_FATAL_FAILURE(connectRemote(peer, &second));
+    for (int i = 0; i < kMessagesOnB; ++i) {
+      ASSERT_NO_FATAL_FAILURE(sendOneAndWait(peer, second, buffer.data(), sizeOf(i), mh, i));
+    }
+    if (mode == LeaderDown::kPeersNicKnown) {
+      int pathWarnings = 0, railWarnings = 0;
+      for (const std::string& text : peer.warningTexts()) {
+        pathWarnings += text.find(leader) != std::string::npos &&
+                        text.find("path to the peer at") != std::string::npos;
+        railWarnings += text.find("moves data on") != std::string::npos;
+      }
+      EXPECT_EQ(pathWarnings, 1) << "the broken path is named once";
+      EXPECT_EQ(railWarnings, 0) << "our healthy leader was blamed";
+    } else {
+      expectRailWarnings(peer, {0});
+    }
+    const int sentAgain =
+        infoLinesWith(peer, "a control message failed with rail 0; sent again on rail 1");
+    if (mode == LeaderDown::kMetByConnect) {
+      EXPECT_EQ(sentAgain, 1) << "the connect message did not meet the broken leader";
+    } else if (!onSoftEfa()) {
+      // The sender's own writes on A found the break (on the software device the receiver's
+      // descriptor writes may find it first, and the connect message meets it then).
+      EXPECT_EQ(sentAgain, 0) << "the connect message went on the leader known down";
+    }
+    dereg(peer, first, mh);
+    closeSend(peer, second);
+    closeSend(peer, first);
+  };
+  auto receiver = [&](Peer& peer) {
+    void *listenA, *first, *listenB, *second;
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listenA, &first));
+    ASSERT_TRUE(peer.channel->sendValue(static_cast<long>(getpid())));
+    ASSERT_NO_FATAL_FAILURE(receiveEachAndVerify(peer, first, kMessagesOnA, sizeOf));
+    long go = 0;
+    ASSERT_TRUE(peer.channel->recvValue(&go));
+    ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listenB, &second));
+    ASSERT_NO_FATAL_FAILURE(receiveEachAndVerify(peer, second, kMessagesOnB, sizeOf));
+    expectRailWarnings(peer, {0});  // its own NIC, in every mode
+    closeRecv(peer, second);
+    closeListen(peer, listenB);
+    closeRecv(peer, first);
+    closeListen(peer, listenA);
+  };
+  runTwoProcesses(sender, receiver, 180);
+}
+
+TEST(Failover, ACommConnectsWhileTheLeaderIsKnownDown) {
+  aCommConnectsWhileTheLeaderIsDown(LeaderDown::kKnown);
+}
+
+TEST(Failover, ACommWhoseConnectMeetsTheBrokenLeaderConnectsOverAnotherRail) {
+  aCommConnectsWhileTheLeaderIsDown(LeaderDown::kMetByConnect);
+}
+
+TEST(Failover, ACommConnectsToAPeerWhoseLeaderNicIsDown) {
+  aCommConnectsWhileTheLeaderIsDown(LeaderDown::kPeersNicKnown);
+}
+
 }  // namespace
 }  // namespace nnf::test

@@ -45,6 +45,8 @@ class FakePlugin {
     void* recv = nullptr;
   };
   ::testing::AssertionResult connect(Pair* out);
+  // Device 1's listen comm, whose handle connect() uses.
+  void* listenComm() { return listen_; }
   // Closes as NCCL does (the entry point blocks until the provider holds nothing of the comm's
   // buffers), the other device progressing meanwhile.
   abi::Result closeSend(void* comm) { return closeWithPeer(comm, true); }

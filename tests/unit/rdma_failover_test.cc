@@ -348,6 +348,49 @@ abi::Result endOf(FakePlugin& fake, core::Request* request) {
   return abi::kInProgress;
 }
 
+// A connect message whose rail breaks under it goes again on another of the listener's rails (the
+// listen handle names them), and so does the accept message; should the first of each have landed
+// all the same (efa: its acknowledgement lost), each end takes it once: one receive comm, which
+// carries a message. 2 and 4 rails, the leader failing for every device before the connect.
+TEST(RdmaFailoverOverFakeFabric, ASetUpMessageThatFailedButLandedMakesOneComm) {
+  constexpr size_t kBytes = 64 << 10;
+  for (uint64_t seed = 1; seed < 5; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    FakeFamily family = fakeFamilies()[3];  // efa, rdma, 2 rails
+    if (seed % 2 == 1) family.rails = 4;
+    FakePlugin::Options options = fakeOptions(family, seed);
+    options.fabric.earlyCompletionOneIn = 0;
+    WarnCounter warnings;
+    FakePlugin fake(options);
+    fake.fabric().failRail(0, /*landedOneIn=*/1);  // what the leader fails lands all the same
+    FakePlugin::Pair pair;
+    ASSERT_TRUE(fake.connect(&pair));
+    EXPECT_GE(fake.fabric().stats().failedLanded, 2u)
+        << "the connect and accept messages did not both meet the broken leader";
+    void* another = nullptr;
+    for (int tries = 0; tries < 1000 && another == nullptr; ++tries) {
+      ASSERT_EQ(fake.plugin().accept(fake.listenComm(), &another), abi::kSuccess);
+    }
+    EXPECT_EQ(another, nullptr) << "the connect message that came twice made a second comm";
+    std::vector<uint8_t> from(kBytes), into(kBytes, 0);
+    for (size_t i = 0; i < kBytes; ++i) from[i] = static_cast<uint8_t>(i * 7 + seed);
+    void* sendHandle = fake.registerMemory(pair.send, from.data(), from.size());
+    void* recvHandle = fake.registerMemory(pair.recv, into.data(), into.size());
+    core::Request *recv = nullptr, *send = nullptr;
+    fake.postOneEach(pair, 3, into.data(), kBytes, recvHandle, from.data(), kBytes, sendHandle,
+                     &recv, &send);
+    EXPECT_EQ(endOf(fake, send), abi::kSuccess);
+    EXPECT_EQ(endOf(fake, recv), abi::kSuccess);
+    EXPECT_EQ(into, from);
+    fake.deregisterMemory(pair.send, sendHandle);
+    fake.deregisterMemory(pair.recv, recvHandle);
+    EXPECT_EQ(fake.closeSend(pair.send), abi::kSuccess);
+    EXPECT_EQ(fake.closeRecv(pair.recv), abi::kSuccess);
+    EXPECT_TRUE(fake.nothingHeld());
+    EXPECT_EQ(warnings.others(), 2) << "each device names the broken leader once";
+  }
+}
+
 // A send larger than the receiver's buffer sends nothing but a notice of no bytes, on which the
 // receive ends, truncated; its own request has failed already. When the notice's rail (the
 // leader) breaks under it, the notice is asked about and written again on a rail up, like a

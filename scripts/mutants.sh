@@ -391,6 +391,16 @@ table() {
   mutant connect-taken-twice src/core/listen_comm.cc \
     'if (std::find(connected_.begin(), connected_.end(), connector) != connected_.end()) return;' '' \
     rdma_failover_test 'RdmaFailoverOverFakeFabric.ASetUpMessage*' -
+  mutant stranded-leader-kept src/core/device_endpoint.cc \
+    'if (railCount_ > 1 && RailHealth::isPathFailure(error)) {' \
+    'if (railCount_ > 1 && rail != 0 && RailHealth::isPathFailure(error)) {' \
+    failover_test 'Failover.*FirstMessage' NNF_TEST_PROVIDER=softefa+rdma+2rails
+  mutant stranded-own-writes-kept src/core/device_endpoint.cc \
+    '    comm.forEachOwnInFlightOn(rail, strand);
+  });
+  if (peers.empty()) return;' '  });
+  if (peers.empty()) return;' \
+    failover_test 'Failover.*FirstMessage' NNF_TEST_PROVIDER=softefa+rdma+2rails
   mutant wire-handle-rails src/core/wire.cc \
     'size_t{handle.rails} * handle.addressLength > kMaxAddressLength) {' 'false) {' \
     wire_test 'ListenHandle.*' -

@@ -102,6 +102,15 @@ size_t DataComm::setUpRail(size_t preferred) const {
   return health.firstUp(rails_, pathsDown_);
 }
 
+void DataComm::forEachOwnInFlightOn(size_t rail, const std::function<void(Operation&)>& visit) {
+  auto onRail = [&](Operation& op) {
+    if (op.inFlight && op.rail == rail) visit(op);
+  };
+  onRail(pingSend_);
+  onRail(setUpSend());
+  device().protocol().forEachOwn(*this, onRail);
+}
+
 void DataComm::setPeerIdentity(uint32_t pid, uint64_t hostId) {
   peerPid_ = pid;
   peerLocal_ = hostId == wire::localHostId();

@@ -4,6 +4,7 @@
 
 #include <rdma/fabric.h>
 
+#include <functional>
 #include <memory>
 
 #include "core/comm.h"
@@ -46,6 +47,9 @@ class DataComm : public Comm {
   // The peer on each rail both ends drive (a send comm learns them from the accept message;
   // rail 0 is peer()). Data may move on rails 0..rails()-1.
   fi_addr_t peer(size_t rail) const { return rail == 0 ? peer_ : railPeers_[rail - 1]; }
+  // Each of the comm's own operations (its set-up message, pings, the protocol's own writes and
+  // messages) that is with the provider on `rail`.
+  void forEachOwnInFlightOn(size_t rail, const std::function<void(Operation&)>& visit);
   // Each operation of the comm's requests that is with the provider on `rail`.
   template <typename Visit>
   void forEachInFlightOn(size_t rail, Visit&& visit) {
@@ -155,6 +159,8 @@ class DataComm : public Comm {
   virtual int controlInFlight() const = 0;
   void cancelInFlight() override;
   virtual void cancelControl() = 0;
+  // The set-up message (connect, accept).
+  virtual Operation& setUpSend() = 0;
 
   void finish(Request& request);
   void releaseRegistration(Request& request);

@@ -25,9 +25,10 @@ constexpr uint64_t kStrandedGraceNs = 100 * 1000 * 1000;
 
 void Device::onEndpointError(size_t rail, int error, const char* text) {
   if (rail >= railCount_) return;
-  // A broken path of a rail that is not the leader (a leader's failure fails its comms, as
-  // before): the rail goes down, and its writes get their grace.
-  if (railCount_ > 1 && rail != 0 && RailHealth::isPathFailure(error)) {
+  // A broken path: the rail goes down (or the paths beyond it), and its writes get their grace.
+  // The leader's too: a comm connecting to a peer whose leader NIC was down before our first
+  // message to it meets this there, its connect message held behind the handshake.
+  if (railCount_ > 1 && RailHealth::isPathFailure(error)) {
     char what[320];
     snprintf(what, sizeof(what), "reported an endpoint error: %s", text);
     if (pathProbe_ != nullptr && railHealth_.state(rail) == RailState::kUp) {
@@ -51,7 +52,7 @@ void Device::onEndpointError(size_t rail, int error, const char* text) {
 
 uint64_t Device::releaseStrandedWhenDue(uint64_t now) {
   uint64_t wait = UINT64_MAX;
-  for (size_t rail = 1; rail < railCount_; ++rail) {
+  for (size_t rail = 0; rail < railCount_; ++rail) {
     uint64_t due = strandedDueNs_[rail];
     if (due == 0) continue;
     if (now < due) {
@@ -65,9 +66,9 @@ uint64_t Device::releaseStrandedWhenDue(uint64_t now) {
 }
 
 void Device::releaseStranded(size_t rail) {
-  // The requests' operations on that rail still with the provider: data and eager writes. The
-  // protocols' own writes (descriptors, credits, voids) go on the leader while it is up; those
-  // stranded here, with the leader down too, stay so (two NICs failing; not taken back).
+  // The operations on that rail still with the provider: the requests' data and eager writes,
+  // and the comms' own (set-up messages, pings, descriptors, credits, the protocol's messages),
+  // which go on the leader while it is up.
   std::vector<fi_addr_t> peers;
   auto strand = [&](Operation& op) {
     if (std::find(peers.begin(), peers.end(), op.peer) == peers.end()) peers.push_back(op.peer);
@@ -76,7 +77,10 @@ void Device::releaseStranded(size_t rail) {
   if (pathProbe_ != nullptr) pathProbe_->forEachInFlightOn(rail, strand);
   // The net ABI's comms (the RMA layer's groups keep their own operations: what efa stranded of
   // theirs stays so, as before).
-  forEachDataComm([&](DataComm& comm) { comm.forEachInFlightOn(rail, strand); });
+  forEachDataComm([&](DataComm& comm) {
+    comm.forEachInFlightOn(rail, strand);
+    comm.forEachOwnInFlightOn(rail, strand);
+  });
   if (peers.empty()) return;
   // Our NIC works (the rail is still up after its read): the handshakes of these peers failed
   // beyond it, and their paths go down instead of the rail, before their writes fail and go
@@ -98,7 +102,11 @@ size_t Device::takeBack(size_t rail, std::vector<fi_addr_t>& peers, const char* 
     if (std::find(peers.begin(), peers.end(), op.peer) != peers.end()) stranded.push_back(&op);
   };
   if (pathProbe_ != nullptr) pathProbe_->forEachInFlightOn(rail, strand);
-  forEachDataComm([&](DataComm& comm) { comm.forEachInFlightOn(rail, strand); });
+  // Their own operations too: removing the peer drops them as well.
+  forEachDataComm([&](DataComm& comm) {
+    comm.forEachInFlightOn(rail, strand);
+    comm.forEachOwnInFlightOn(rail, strand);
+  });
   // Removing the peer makes the provider drop what it holds for it without a completion (efa),
   // so that none can come for an operation that is sent again, or reused. A peer the provider
   // would not forget keeps its writes.

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "memory/region.h"
@@ -103,6 +104,9 @@ class Protocol {
   virtual void onProtocolMessage(core::DataComm& comm, const uint8_t* data, size_t length) {}
   // The comm's own operations still with the provider.
   virtual int ownInFlight(const core::DataComm& comm) const { return 0; }
+  // Each of the comm's own operations, with the provider or not.
+  virtual void forEachOwn(core::DataComm& comm,
+                          const std::function<void(core::Operation&)>& visit) {}
   virtual void cancelOwn(core::DataComm& comm) {}
   // The comm is closing (after cancelOwn): tell the peer what it must know.
   virtual void onClose(core::DataComm& comm) {}

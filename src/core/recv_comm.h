@@ -26,6 +26,7 @@ class RecvComm final : public DataComm {
   void onControlError(Operation& op, int error, const char* text) override;
   int controlInFlight() const override { return acceptSend_.inFlight ? 1 : 0; }
   void cancelControl() override { cancel(acceptSend_); }
+  Operation& setUpSend() override { return acceptSend_; }
 
  private:
   enum class State { kAccepting, kReady, kFailed };

@@ -26,6 +26,7 @@ class SendComm final : public DataComm {
   void onControlError(Operation& op, int error, const char* text) override;
   int controlInFlight() const override { return connectSend_.inFlight ? 1 : 0; }
   void cancelControl() override { cancel(connectSend_); }
+  Operation& setUpSend() override { return connectSend_; }
 
  private:
   enum class State { kConnecting, kReady, kFailed };

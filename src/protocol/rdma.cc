@@ -115,6 +115,11 @@ int Rdma::ownInFlight(const core::DataComm& comm) const {
   return 0;
 }
 
+void Rdma::forEachOwn(core::DataComm& comm, const std::function<void(core::Operation&)>& visit) {
+  if (rdma::Sender* sender = senderOf(comm)) sender->forEachOwn(visit);
+  if (rdma::Receiver* receiver = receiverOf(comm)) receiver->forEachOwn(visit);
+}
+
 void Rdma::cancelOwn(core::DataComm& comm) {
   if (rdma::Receiver* receiver = receiverOf(comm)) receiver->cancelOwn();
 }

@@ -40,6 +40,8 @@ class Rdma final : public Protocol {
   bool onOwnCompletion(core::DataComm& comm, core::Operation& op, int error) override;
   bool continueWrite(core::DataComm& comm, core::Operation& op) override;
   int ownInFlight(const core::DataComm& comm) const override;
+  void forEachOwn(core::DataComm& comm,
+                  const std::function<void(core::Operation&)>& visit) override;
   void cancelOwn(core::DataComm& comm) override;
   // A receive comm tells its sender (kClosed), whose waiting sends then fail instead of waiting.
   void onClose(core::DataComm& comm) override;

@@ -69,6 +69,12 @@ class EagerSender {
   bool onOwnCompletion(core::Operation& op, int error);
   // Our own writes owed or with the provider (the close's answer waits for them).
   int writesPending() const;
+  // Each of them (the limit write, the voids).
+  template <typename Visit>
+  void forEachOwnWrite(Visit&& visit) {
+    visit(limitWrite_);
+    if (voids_) voids_->forEachWrite(visit);
+  }
 
  private:
   // Tells the receiver the largest message we send eagerly (at its grant, and if that drops to 0).

@@ -251,6 +251,13 @@ int Receiver::ownInFlight() {
   return count;
 }
 
+void Receiver::forEachOwn(const std::function<void(core::Operation&)>& visit) {
+  visit(close_.notice());
+  visit(eager_.creditWrite());
+  visit(recovery_.answer());
+  slots_.forEachWrite(visit);
+}
+
 void Receiver::cancelOwn() {
   core::Device& device = comm_.device();
   unpost(device, eager_.creditWrite());

@@ -39,6 +39,7 @@ class Receiver final : public CommState {
   bool onRequestRead(core::Operation& op, int error);
   bool readOn(core::Operation& op, size_t rail) { return eager_.readOn(op, rail); }
   int ownInFlight();
+  void forEachOwn(const std::function<void(core::Operation&)>& visit);
   void cancelOwn();
   void onClose();
   int peerWritesPending() const { return close_.peerWritesPending(); }

@@ -30,6 +30,7 @@ class RecvRecovery {
   // True when `op` was our answer (its send ended).
   bool onOwnCompletion(core::Operation& op, int error);
   bool answerPending() const { return answer_.inFlight || answer_.queued; }
+  core::Operation& answer() { return answer_; }
 
  private:
   void answer(const RailQuery& query);

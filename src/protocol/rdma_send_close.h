@@ -42,6 +42,7 @@ class SenderClose {
   // The answer failed with `error`: sent again on another rail where its own broke.
   void answerAgain(int error);
   bool answerPending() const { return answer_.inFlight || answer_.queued; }
+  core::Operation& answer() { return answer_; }
   // Whether the ring must stay out of the arena (closed, the receiver may still write into it);
   // past the close bound the ring is set aside for good instead.
   bool ringExposed();

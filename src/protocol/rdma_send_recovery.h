@@ -65,6 +65,7 @@ class SendRecovery {
   // True when `op` was our question (its send ended; a failed send fails the share's request).
   bool onOwnCompletion(core::Operation& op, int error);
   bool questionPending() const { return question_.inFlight || question_.queued; }
+  core::Operation& question() { return question_; }
   // The request is given up (it failed, or its comm goes): its shares leave the list.
   void forget(const core::Request& request);
   // Whether another share of `op`'s message (an operation of its request) is on `op`'s rail: a

@@ -198,6 +198,12 @@ int Sender::ownInFlight() {
          (recovery_.questionPending() ? 1 : 0);
 }
 
+void Sender::forEachOwn(const std::function<void(core::Operation&)>& visit) {
+  visit(close_.answer());
+  visit(recovery_.question());
+  eager_.forEachOwnWrite(visit);
+}
+
 void Sender::onClose() {
   close_.onClose(eager_.writesPending());
 }

@@ -46,6 +46,9 @@ class Sender final : public CommState {
     if (recovery_.onMessage(data, length)) sendWaitingEagerly();
   }
   int ownInFlight();
+  // Each of our own operations (not a request's): the device takes back those a provider holds
+  // for a peer it is about to forget.
+  void forEachOwn(const std::function<void(core::Operation&)>& visit);
   void onClose();
   void onPeerClosed();
   void onWriteDone();

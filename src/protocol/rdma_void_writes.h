@@ -29,6 +29,10 @@ class VoidWriter {
   bool onDone(core::Operation& op, int error);
   // Voids owed or with the provider (the close's answer waits for them).
   int pending() const;
+  template <typename Visit>
+  void forEachWrite(Visit&& visit) {
+    for (core::Operation& op : ops_) visit(op);
+  }
 
  private:
   void post();

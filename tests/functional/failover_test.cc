@@ -935,6 +935,8 @@ enum class LeaderDown {
                    // on the leader and goes again on rail 1
   kPeersNicKnown,  // the receiver's leader NIC alone broke under A's messages: the sender knows
                    // its path there is broken (not its rail), and B's connect leaves it out
+  kPeersNicFirst,  // the receiver's leader NIC alone is down before A connects: A's connect
+                   // message is the sender's first operation toward it (on efa, a handshake)
 };
 
 void aCommConnectsWhileTheLeaderIsDown(LeaderDown mode) {
@@ -946,7 +948,10 @@ void aCommConnectsWhileTheLeaderIsDown(LeaderDown mode) {
   const int kSizes[3] = {64 << 10, 1024, 1 << 20};
   auto sizeOf = [&](int i) { return kSizes[i % 3]; };
   LinkControl links("failover-connect-" + std::to_string(static_cast<int>(mode)));
-  const int breakAt = mode == LeaderDown::kMetByConnect ? kMessagesOnA : kBreakAt;
+  const int breakAt = mode == LeaderDown::kMetByConnect    ? kMessagesOnA
+                      : mode == LeaderDown::kPeersNicFirst ? -1  // the receiver breaks it
+                                                           : kBreakAt;
+  const bool peersNic = mode == LeaderDown::kPeersNicKnown || mode == LeaderDown::kPeersNicFirst;
   const std::string leader = "rail 0 (NIC " + efaRulesDomainName(0) + ")";
   auto sender = [&](Peer& peer) {
     void *first, *second;
@@ -973,7 +978,7 @@ void aCommConnectsWhileTheLeaderIsDown(LeaderDown mode) {
     for (int i = 0; i < kMessagesOnB; ++i) {
       ASSERT_NO_FATAL_FAILURE(sendOneAndWait(peer, second, buffer.data(), sizeOf(i), mh, i));
     }
-    if (mode == LeaderDown::kPeersNicKnown) {
+    if (peersNic) {
       int pathWarnings = 0, railWarnings = 0;
       for (const std::string& text : peer.warningTexts()) {
         pathWarnings += text.find(leader) != std::string::npos &&
@@ -987,7 +992,7 @@ void aCommConnectsWhileTheLeaderIsDown(LeaderDown mode) {
     }
     const int sentAgain =
         infoLinesWith(peer, "a control message failed with rail 0; sent again on rail 1");
-    if (mode == LeaderDown::kMetByConnect) {
+    if (mode == LeaderDown::kMetByConnect || mode == LeaderDown::kPeersNicFirst) {
       EXPECT_EQ(sentAgain, 1) << "the connect message did not meet the broken leader";
     } else if (!onSoftEfa()) {
       // The sender's own writes on A found the break (on the software device the receiver's
@@ -1000,6 +1005,9 @@ void aCommConnectsWhileTheLeaderIsDown(LeaderDown mode) {
   };
   auto receiver = [&](Peer& peer) {
     void *listenA, *first, *listenB, *second;
+    if (mode == LeaderDown::kPeersNicFirst) {
+      ASSERT_NO_FATAL_FAILURE(links.setDownFor(getpid(), "0"));
+    }
     ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listenA, &first));
     ASSERT_TRUE(peer.channel->sendValue(static_cast<long>(getpid())));
     ASSERT_NO_FATAL_FAILURE(receiveEachAndVerify(peer, first, kMessagesOnA, sizeOf));
@@ -1008,6 +1016,12 @@ void aCommConnectsWhileTheLeaderIsDown(LeaderDown mode) {
     ASSERT_NO_FATAL_FAILURE(acceptRemote(peer, &listenB, &second));
     ASSERT_NO_FATAL_FAILURE(receiveEachAndVerify(peer, second, kMessagesOnB, sizeOf));
     expectRailWarnings(peer, {0});  // its own NIC, in every mode
+    if (mode == LeaderDown::kPeersNicFirst && onSoftEfa()) {
+      // Its first writes toward the sender's leader started efa's handshake from a NIC that is
+      // down: the endpoint error, and what efa held behind it (descriptor writes) taken back.
+      EXPECT_EQ(infoLinesWith(peer, "after its endpoint failed: taken back"), 1)
+          << "efa's failed handshake on the leader was not what the test met";
+    }
     closeRecv(peer, second);
     closeListen(peer, listenB);
     closeRecv(peer, first);
@@ -1026,6 +1040,10 @@ TEST(Failover, ACommWhoseConnectMeetsTheBrokenLeaderConnectsOverAnotherRail) {
 
 TEST(Failover, ACommConnectsToAPeerWhoseLeaderNicIsDown) {
   aCommConnectsWhileTheLeaderIsDown(LeaderDown::kPeersNicKnown);
+}
+
+TEST(Failover, ACommConnectsToAPeerWhoseLeaderNicWasDownBeforeItsFirstMessage) {
+  aCommConnectsWhileTheLeaderIsDown(LeaderDown::kPeersNicFirst);
 }
 
 }  // namespace

@@ -38,7 +38,8 @@ class ListenComm final : public Comm {
     wire::ConnectMessage message;
     size_t rail;  // it came on
   };
-  // Who connected (a connect message sent again after its rail broke may arrive twice).
+  // Who connected (a connect message sent again after its rail broke may arrive twice). A
+  // sender's comm id names one connection here: a device hands ids out round-robin.
   struct Connector {
     uint64_t hostId;
     uint32_t pid;

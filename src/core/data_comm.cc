@@ -63,10 +63,26 @@ bool DataComm::tooManyTags() {
 }
 
 bool DataComm::adoptPeerRails(const wire::RailAddresses& peerRails, const char* who) {
-  size_t rails = std::min<size_t>(device().railCount(), peerRails.rails);
+  const uint8_t* addresses[wire::kMaxRails] = {};
+  for (size_t r = 1; r < peerRails.rails && r < wire::kMaxRails; ++r) {
+    addresses[r] = peerRails.railAddresses[r - 1];
+  }
+  return adoptRails(peerRails.rails, addresses, peerRails.railAddressLength, who);
+}
+
+bool DataComm::adoptListenerRails(const wire::ListenHandle& handle) {
+  const uint8_t* addresses[wire::kMaxRails] = {};
+  for (size_t r = 1; r < handle.rails && r < wire::kMaxRails; ++r) {
+    addresses[r] = handle.railAddress(r);
+  }
+  return adoptRails(handle.rails, addresses, handle.addressLength, "the listener");
+}
+
+bool DataComm::adoptRails(size_t peerRails, const uint8_t* const* addresses, size_t length,
+                          const char* who) {
+  size_t rails = std::min<size_t>(device().railCount(), peerRails);
   for (size_t r = 1; r < rails; ++r) {
-    int ret = device().peerAddress(peerRails.railAddresses[r - 1], peerRails.railAddressLength,
-                                   &railPeers_[r - 1], r);
+    int ret = device().peerAddress(addresses[r], length, &railPeers_[r - 1], r);
     if (ret != 0) {
       NNF_WARN("connection of comm %u failed: cannot add the address of %s on NIC %s: %s", id(),
                who, device().railNames()[r].c_str(), fi_strerror(-ret));
@@ -75,22 +91,6 @@ bool DataComm::adoptPeerRails(const wire::RailAddresses& peerRails, const char* 
   }
   rails_ = rails;
   pathsDown_ = device().pathsDownOf(*this);  // a path that broke before this comm connected
-  return true;
-}
-
-bool DataComm::adoptListenerRails(const wire::ListenHandle& handle) {
-  size_t rails = std::min<size_t>(device().railCount(), handle.rails);
-  for (size_t r = 1; r < rails; ++r) {
-    int ret =
-        device().peerAddress(handle.railAddress(r), handle.addressLength, &railPeers_[r - 1], r);
-    if (ret != 0) {
-      NNF_WARN("connection of comm %u failed: cannot add the listener's address on NIC %s: %s",
-               id(), device().railNames()[r].c_str(), fi_strerror(-ret));
-      return false;
-    }
-  }
-  rails_ = rails;
-  pathsDown_ = device().pathsDownOf(*this);
   return true;
 }
 

@@ -186,6 +186,9 @@ class DataComm : public Comm {
   // The listener's rails as its handle names them (those that fit), until its accept message
   // names them all: the connect message goes on the first of them up. False, logged, as above.
   bool adoptListenerRails(const wire::ListenHandle& handle);
+  // Both: rails 1..peerRails-1 of the peer at `addresses[r]`, each `length` bytes.
+  bool adoptRails(size_t peerRails, const uint8_t* const* addresses, size_t length,
+                  const char* who);
   // Where a set-up message goes: `preferred` (the rail the peer's came on) while it is usable,
   // else the first usable rail of the comm.
   size_t setUpRail(size_t preferred) const;

@@ -348,6 +348,27 @@ abi::Result endOf(FakePlugin& fake, core::Request* request) {
   return abi::kInProgress;
 }
 
+// Two devices of efa's rules and the rdma protocol, of 2 rails (4 on odd seeds), every write
+// completing once its target took it.
+FakePlugin::Options efaPairOptions(uint64_t seed) {
+  FakeFamily family = fakeFamilies()[3];  // efa, rdma, 2 rails
+  if (seed % 2 == 1) family.rails = 4;
+  FakePlugin::Options options = fakeOptions(family, seed);
+  options.fabric.earlyCompletionOneIn = 0;
+  return options;
+}
+
+// Deregisters the pair's memory and closes both comms, as NCCL does: each close succeeds, and
+// neither device holds anything of them afterwards.
+void closeHoldingNothing(FakePlugin& fake, const FakePlugin::Pair& pair, void* sendHandle,
+                         void* recvHandle) {
+  fake.deregisterMemory(pair.send, sendHandle);
+  fake.deregisterMemory(pair.recv, recvHandle);
+  EXPECT_EQ(fake.closeSend(pair.send), abi::kSuccess);
+  EXPECT_EQ(fake.closeRecv(pair.recv), abi::kSuccess);
+  EXPECT_TRUE(fake.nothingHeld());
+}
+
 // A connect message whose rail breaks under it goes again on another of the listener's rails (the
 // listen handle names them), and so does the accept message; should the first of each have landed
 // all the same (efa: its acknowledgement lost), each end takes it once: one receive comm, which
@@ -356,10 +377,7 @@ TEST(RdmaFailoverOverFakeFabric, ASetUpMessageThatFailedButLandedMakesOneComm) {
   constexpr size_t kBytes = 64 << 10;
   for (uint64_t seed = 1; seed < 5; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    FakeFamily family = fakeFamilies()[3];  // efa, rdma, 2 rails
-    if (seed % 2 == 1) family.rails = 4;
-    FakePlugin::Options options = fakeOptions(family, seed);
-    options.fabric.earlyCompletionOneIn = 0;
+    FakePlugin::Options options = efaPairOptions(seed);
     WarnCounter warnings;
     FakePlugin fake(options);
     fake.fabric().failRail(0, /*landedOneIn=*/1);  // what the leader fails lands all the same
@@ -382,11 +400,7 @@ TEST(RdmaFailoverOverFakeFabric, ASetUpMessageThatFailedButLandedMakesOneComm) {
     EXPECT_EQ(endOf(fake, send), abi::kSuccess);
     EXPECT_EQ(endOf(fake, recv), abi::kSuccess);
     EXPECT_EQ(into, from);
-    fake.deregisterMemory(pair.send, sendHandle);
-    fake.deregisterMemory(pair.recv, recvHandle);
-    EXPECT_EQ(fake.closeSend(pair.send), abi::kSuccess);
-    EXPECT_EQ(fake.closeRecv(pair.recv), abi::kSuccess);
-    EXPECT_TRUE(fake.nothingHeld());
+    closeHoldingNothing(fake, pair, sendHandle, recvHandle);
     EXPECT_EQ(warnings.others(), 2) << "each device names the broken leader once";
   }
 }
@@ -400,10 +414,7 @@ TEST(RdmaFailoverOverFakeFabric, ARefusedSendsNoticeOnAFailingLeaderStillEndsThe
   constexpr size_t kSent = 64 << 10, kRoom = 16 << 10;  // larger than eager messages
   for (uint64_t seed = 5; seed < 9; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    FakeFamily family = fakeFamilies()[3];  // efa, rdma, 2 rails
-    if (seed % 2 == 1) family.rails = 4;
-    FakePlugin::Options options = fakeOptions(family, seed);
-    options.fabric.earlyCompletionOneIn = 0;
+    FakePlugin::Options options = efaPairOptions(seed);
     options.fabric.holdOneIn = 0;
     WarnCounter warnings;
     FakePlugin fake(options);
@@ -437,11 +448,7 @@ TEST(RdmaFailoverOverFakeFabric, ARefusedSendsNoticeOnAFailingLeaderStillEndsThe
     EXPECT_NE(received, abi::kInProgress) << "the receive waits for a notice that never comes";
     EXPECT_NE(received, abi::kSuccess) << "a refused send's receive fails";
     EXPECT_GE(fake.fabric().stats().failed, 1u) << "the notice did not meet the broken leader";
-    fake.deregisterMemory(pair.send, sendHandle);
-    fake.deregisterMemory(pair.recv, recvHandle);
-    EXPECT_EQ(fake.closeSend(pair.send), abi::kSuccess);
-    EXPECT_EQ(fake.closeRecv(pair.recv), abi::kSuccess);
-    EXPECT_TRUE(fake.nothingHeld());
+    closeHoldingNothing(fake, pair, sendHandle, recvHandle);
     EXPECT_EQ(warnings.truncations(), 2) << "each end names the refusal once";
   }
 }

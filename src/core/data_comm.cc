@@ -363,8 +363,8 @@ void DataComm::abandon(Request& request) {
 }
 
 int DataComm::inFlight() const {
-  int count =
-      controlInFlight() + (pingSend_.inFlight ? 1 : 0) + device().protocol().ownInFlight(*this);
+  int count = (const_cast<DataComm*>(this)->setUpSend().inFlight ? 1 : 0) +
+              (pingSend_.inFlight ? 1 : 0) + device().protocol().ownInFlight(*this);
   const_cast<DataComm*>(this)->forEachRequest([&count](const Request& request) {
     // Queued ones too: a closed comm keeps its sends and writes in the retry queue.
     for (int i = 0; i < request.count; ++i) {
@@ -394,7 +394,7 @@ bool DataComm::peerGone() {
 }
 
 void DataComm::cancelInFlight() {
-  cancelControl();
+  cancel(setUpSend());
   device().protocol().cancelOwn(*this);
   cancel(pingSend_);
   forEachRequest([this](Request& request) {

@@ -156,9 +156,7 @@ class DataComm : public Comm {
   // Set-up messages are handled by the concrete comm; data operations here.
   virtual void onControlComplete(Operation& op, size_t length) = 0;
   virtual void onControlError(Operation& op, int error, const char* text) = 0;
-  virtual int controlInFlight() const = 0;
   void cancelInFlight() override;
-  virtual void cancelControl() = 0;
   // The set-up message (connect, accept).
   virtual Operation& setUpSend() = 0;
 

@@ -24,8 +24,6 @@ class RecvComm final : public DataComm {
  protected:
   void onControlComplete(Operation& op, size_t length) override;
   void onControlError(Operation& op, int error, const char* text) override;
-  int controlInFlight() const override { return acceptSend_.inFlight ? 1 : 0; }
-  void cancelControl() override { cancel(acceptSend_); }
   Operation& setUpSend() override { return acceptSend_; }
 
  private:

@@ -24,8 +24,6 @@ class SendComm final : public DataComm {
  protected:
   void onControlComplete(Operation& op, size_t length) override;
   void onControlError(Operation& op, int error, const char* text) override;
-  int controlInFlight() const override { return connectSend_.inFlight ? 1 : 0; }
-  void cancelControl() override { cancel(connectSend_); }
   Operation& setUpSend() override { return connectSend_; }
 
  private:

@@ -241,21 +241,12 @@ bool Receiver::onRequestRead(core::Operation& op, int error) {
 
 int Receiver::ownInFlight() {
   int count = eager_.bounceExposed() ? 1 : 0;
-  auto countOne = [&count](const core::Operation& op) {
-    count += op.inFlight || op.queued ? 1 : 0;
-  };
-  countOne(close_.notice());
-  countOne(eager_.creditWrite());
-  count += recovery_.answerPending() ? 1 : 0;
-  slots_.forEachWrite(countOne);
+  visitOwn([&count](const core::Operation& op) { count += op.inFlight || op.queued ? 1 : 0; });
   return count;
 }
 
 void Receiver::forEachOwn(const std::function<void(core::Operation&)>& visit) {
-  visit(close_.notice());
-  visit(eager_.creditWrite());
-  visit(recovery_.answer());
-  slots_.forEachWrite(visit);
+  visitOwn(visit);
 }
 
 void Receiver::cancelOwn() {

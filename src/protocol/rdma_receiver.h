@@ -51,6 +51,15 @@ class Receiver final : public CommState {
   void releaseRegistrations() { slots_.dropAllHandles(); }
 
  private:
+  // Each of our own operations: the close notice, the credit write, the recovery answer, the
+  // slots' descriptor writes.
+  template <typename Visit>
+  void visitOwn(Visit&& visit) {
+    visit(close_.notice());
+    visit(eager_.creditWrite());
+    visit(recovery_.answer());
+    slots_.forEachWrite(visit);
+  }
   // What staging a receive's buffers found: the eager messages here already, the registrations
   // described.
   struct Staged {

@@ -401,6 +401,14 @@ table() {
   if (peers.empty()) return;' '  });
   if (peers.empty()) return;' \
     failover_test 'Failover.*FirstMessage' NNF_TEST_PROVIDER=softefa+rdma+2rails
+  # Rail recovery of voids: one that failed on a broken rail is asked about and written again,
+  # and its late original is ignored (a slot waiting for it forever, or ended twice).
+  mutant void-failed-not-asked src/protocol/rdma_sender.cc \
+    'recovery_.onVoidFailed(op, error)) {' 'false) {' \
+    rdma_failover_test 'RdmaFailoverOverFakeFabric.*' -
+  mutant void-late-original-taken src/protocol/rdma_slot_progress.h \
+    'if ((buffer.ignoredVoidRails >> rail & 1u) != 0) return true;' '' \
+    rdma_states_test 'RdmaBufferStates.*' -
   mutant wire-handle-rails src/core/wire.cc \
     'size_t{handle.rails} * handle.addressLength > kMaxAddressLength) {' 'false) {' \
     wire_test 'ListenHandle.*' -

@@ -67,6 +67,12 @@ class EagerSender {
   void onRailReached(size_t rail) { reached_ |= 1u << rail; }
   // One of our own writes ended (the limit write, a void): true when `op` was one.
   bool onOwnCompletion(core::Operation& op, int error);
+  // Whether `op` is one of our voids (rail recovery asks about one that failed on a broken rail).
+  bool isVoid(const core::Operation& op) const { return voids_ && voids_->owns(op); }
+  // Rail recovery let a void's operation go: voids owed meanwhile go on it.
+  void postVoids() {
+    if (voids_) voids_->postOwed();
+  }
   // Our own writes owed or with the provider (the close's answer waits for them).
   int writesPending() const;
   // Each of them (the limit write, the voids).

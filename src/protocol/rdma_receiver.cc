@@ -183,7 +183,7 @@ bool Receiver::onWrite(size_t rail, const Immediate& imm, size_t length) {
       eager_.onLanded(imm.slot, nullptr, static_cast<int>(imm.count));
       return true;
     case ImmKind::kVoid:
-      slots_.onVoid(imm.slot, imm.index);
+      slots_.onVoid(imm.slot, imm.index, rail);
       return true;
     default:
       return onSegment(rail, imm, length);

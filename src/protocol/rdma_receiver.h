@@ -49,6 +49,8 @@ class Receiver final : public CommState {
   void onWaiting(core::Request& request, uint64_t waitedNs);
   void forget(core::Request& request);
   void releaseRegistrations() { slots_.dropAllHandles(); }
+  // Slots not free: with no receive pending, one still awaits a void that never came.
+  uint32_t slotsTaken() const { return slots_.taken(); }
 
  private:
   // Each of our own operations: the close notice, the credit write, the recovery answer, the

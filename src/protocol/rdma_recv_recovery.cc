@@ -19,7 +19,8 @@ void RecvRecovery::onMessage(const uint8_t* data, size_t length) {
   if (length < sizeof(query)) return;
   memcpy(&query, data, sizeof(query));
   if (query.kind != static_cast<uint32_t>(RecoveryKind::kQuery) &&
-      query.kind != static_cast<uint32_t>(RecoveryKind::kEagerQuery)) {
+      query.kind != static_cast<uint32_t>(RecoveryKind::kEagerQuery) &&
+      query.kind != static_cast<uint32_t>(RecoveryKind::kVoidQuery)) {
     return;
   }
   if (answerPending()) {
@@ -65,18 +66,22 @@ bool RecvRecovery::waitsForEager(const RailQuery& query) const {
 
 void RecvRecovery::answer(const RailQuery& query) {
   bool eager = query.kind == static_cast<uint32_t>(RecoveryKind::kEagerQuery);
-  bool resend = eager ? waitsForEager(query) : waitsForData(query);
+  bool isVoid = query.kind == static_cast<uint32_t>(RecoveryKind::kVoidQuery);
+  bool resend = eager ? waitsForEager(query) : isVoid ? waitsForVoid(query) : waitsForData(query);
+  RecoveryKind kind = eager    ? RecoveryKind::kEagerAnswer
+                      : isVoid ? RecoveryKind::kVoidAnswer
+                               : RecoveryKind::kAnswer;
   RailAnswer answer{
-      static_cast<uint32_t>(eager ? RecoveryKind::kEagerAnswer : RecoveryKind::kAnswer),
-      query.slot,
-      query.index,
-      query.rail,
-      resend ? 1u : 0u,
-      0};
+      static_cast<uint32_t>(kind), query.slot, query.index, query.rail, resend ? 1u : 0u, 0};
   if (eager) {
     NNF_INFO(abi::kLogSubsysNet,
              "comm %u: the sender's eager message on rail %u into bounce entry %u failed; %s",
              comm_.id(), query.rail, query.slot,
+             resend ? "it is written again on another rail" : "it had landed");
+  } else if (isVoid) {
+    NNF_INFO(abi::kLogSubsysNet,
+             "comm %u: the sender's void on rail %u for slot %u buffer %u failed; %s", comm_.id(),
+             query.rail, query.slot, query.index,
              resend ? "it is written again on another rail" : "it had landed");
   } else {
     NNF_INFO(

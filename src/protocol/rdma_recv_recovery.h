@@ -1,7 +1,8 @@
 // The receiver's side of rail recovery (docs/failover.md, step 3; the messages in rdma_wire.h):
 // answers the sender's question about a write that failed on a broken rail, after forgetting
-// what landed of that rail's share when the buffer still waits for it; and about an eager
-// message that failed so, by whether its bounce entry took it.
+// what landed of that rail's share when the buffer still waits for it; about an eager message
+// that failed so, by whether its bounce entry took it; and about a void, by whether its buffer
+// still waits for it.
 #pragma once
 
 #include <cstddef>
@@ -38,6 +39,10 @@ class RecvRecovery {
   // the query names: then the sender writes it again.
   bool waitsForData(const RailQuery& query);
   bool waitsForEager(const RailQuery& query) const;
+  bool waitsForVoid(const RailQuery& query) {
+    return slots_.resetVoid(query.slot, query.index, query.tag, static_cast<uint16_t>(query.seq),
+                            query.rail);
+  }
 
   core::RecvComm& comm_;
   const ArenaSlot& staging_;

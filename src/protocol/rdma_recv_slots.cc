@@ -58,11 +58,19 @@ void RecvSlots::failDescribing(uint32_t slot, int error) {
   comm_.onError(serving->ops[0], error, 0, "writing the receive descriptors to the sender");
 }
 
-void RecvSlots::onVoid(uint32_t slot, uint32_t index) {
+void RecvSlots::onVoid(uint32_t slot, uint32_t index, size_t rail) {
   if (slot >= kSlots || lifecycle_.state(slot) == SlotState::kFree) return;
-  if (!progress(slot).onVoid(index)) return;
+  if (!progress(slot).onVoid(index, rail)) return;
   // The slot's request ended already and this was its last void.
   if (lifecycle_.onVoidLanded(slot, progress(slot))) clear(slot);
+}
+
+bool RecvSlots::resetVoid(uint32_t slot, uint32_t index, int32_t tag, uint16_t seq, size_t rail) {
+  if (slot >= kSlots || index >= kGroup || lifecycle_.state(slot) == SlotState::kFree) {
+    return false;
+  }
+  const BufferDescriptor& described = entries(slot)[index];
+  return described.tag == tag && described.seq == seq && progress(slot).resetVoid(index, rail);
 }
 
 bool RecvSlots::findDescribed(int32_t tag, uint16_t seq, uint32_t* slotOut,

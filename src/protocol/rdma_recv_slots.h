@@ -89,8 +89,12 @@ class RecvSlots {
     lifecycle_.onReleased(slot);
     clear(slot);
   }
-  // The sender's void for buffer `index` of `slot` landed.
-  void onVoid(uint32_t slot, uint32_t index);
+  // The sender's void for buffer `index` of `slot` landed on `rail`.
+  void onVoid(uint32_t slot, uint32_t index, size_t rail);
+  // The sender's void for buffer `index` of `slot`, whose descriptor said (`tag`, `seq`), failed
+  // on `rail` (a broken path): true when the buffer still waits for it (SlotProgress::resetVoid).
+  // The slot cannot have moved on to another group meanwhile: it waits for that void.
+  bool resetVoid(uint32_t slot, uint32_t index, int32_t tag, uint16_t seq, size_t rail);
 
   // The request a slot serves, or null (also for slots of chunks never allocated).
   core::Request* requestAt(uint32_t slot) const {
@@ -105,6 +109,8 @@ class RecvSlots {
   bool findDescribed(int32_t tag, uint16_t seq, uint32_t* slot, uint32_t* index) const;
   // Whether a slot serves a request (buffers the sender may write into).
   bool anyServing() const;
+  // Slots not free (serving a receive or awaiting its voids).
+  uint32_t taken() const { return static_cast<uint32_t>(__builtin_popcount(lifecycle_.busy())); }
   // Whether a descriptor write is with the provider.
   bool writesInFlight() const;
   // The slot whose descriptor write `op` is, or kSlots.

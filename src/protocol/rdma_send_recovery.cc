@@ -31,13 +31,22 @@ bool SendRecovery::onWriteFailed(core::Operation& op, int error) {
   return true;
 }
 
+bool SendRecovery::onVoidFailed(core::Operation& op, int error) {
+  if (!takeOver(op, decode(op.tag), error)) return false;
+  op.segment.resent = 1;  // held here: the void writer does not reuse it
+  askNext();
+  return true;
+}
+
 bool SendRecovery::takeOver(core::Operation& op, const Immediate& imm, int error) {
   size_t rails = comm_.rails();
   if (rails < 2 || !core::RailHealth::isPathFailure(error)) return false;
   // Data (not a truncation notice), or an eager message (posted: a comm of several rails injects
   // none, and the header-ahead ones go on one rail).
   bool eager = imm.kind == ImmKind::kEager;
-  if (!eager && (imm.kind != ImmKind::kData || (imm.segments == 0) != (op.segment.notice != 0))) {
+  bool isVoidWrite = imm.kind == ImmKind::kVoid;
+  if (!eager && !isVoidWrite &&
+      (imm.kind != ImmKind::kData || (imm.segments == 0) != (op.segment.notice != 0))) {
     return false;
   }
   // The receiver counts a buffer's segments per rail, and forgets the rail's count before it
@@ -45,8 +54,8 @@ bool SendRecovery::takeOver(core::Operation& op, const Immediate& imm, int error
   // after its own rail failed, or this rail's own share when this one was written again), that
   // would forget the other share's bytes as well, and the buffer would never end. The request
   // fails instead (two rails failing under one striped message). An eager message is named by its
-  // entry and generation, on any rail.
-  if (!eager && sharesItsRail(op)) return false;
+  // entry and generation, on any rail; a void by its buffer, whose count it is not part of.
+  if (!eager && !isVoidWrite && sharesItsRail(op)) return false;
   // Another rail of the comm must be usable to write the share on (the device took this one, or
   // its path to our peer, down).
   uint32_t others = comm_.device().railHealth().usable(rails, comm_.pathsDown()) & ~(1u << op.rail);
@@ -77,22 +86,30 @@ void SendRecovery::askNext() {
     core::Operation& op = *doubt.op;
     Immediate imm = decode(op.tag);
     bool eager = imm.kind == ImmKind::kEager;
+    bool isVoidWrite = imm.kind == ImmKind::kVoid;
+    RecoveryKind kind = eager         ? RecoveryKind::kEagerQuery
+                        : isVoidWrite ? RecoveryKind::kVoidQuery
+                                      : RecoveryKind::kQuery;
     // An eager message is named by its entry and its generation there (the immediate's count).
-    RailQuery query{static_cast<uint32_t>(eager ? RecoveryKind::kEagerQuery : RecoveryKind::kQuery),
+    RailQuery query{static_cast<uint32_t>(kind),
                     imm.slot,
                     eager ? imm.count : imm.index,
                     op.segment.tag,
                     op.segment.seq,
                     op.rail,
                     op.transferred + op.length + op.segment.shareLeft,
-                    eager ? 0 : rdma_.writeSegmentBytes()};
+                    eager || isVoidWrite ? 0 : rdma_.writeSegmentBytes()};
     uint8_t* buffer = ring_->data + kRecoveryOffset;
     abi::Result sent = comm_.device().controlChannel().send(question_, buffer, *ring_, comm_,
                                                             core::wire::ControlKind::kProtocol,
                                                             &query, sizeof(query));
     if (sent != abi::kSuccess) {
       remove(i);  // `i` holds another one now
-      fail(op, FI_EIO, "the question about it could not be sent");
+      if (isVoidWrite) {
+        giveUpVoid(op, "the question about it could not be sent");
+      } else {
+        fail(op, FI_EIO, "the question about it could not be sent");
+      }
       continue;
     }
     to(doubt, ShareDoubt::kAsked);
@@ -106,16 +123,18 @@ bool SendRecovery::onMessage(const uint8_t* data, size_t length) {
   if (length < sizeof(answer)) return false;
   memcpy(&answer, data, sizeof(answer));
   bool eager = answer.kind == static_cast<uint32_t>(RecoveryKind::kEagerAnswer);
-  if ((!eager && answer.kind != static_cast<uint32_t>(RecoveryKind::kAnswer)) || !awaitingAnswer_) {
+  if ((!eager && answer.kind != static_cast<uint32_t>(RecoveryKind::kAnswer) &&
+       answer.kind != static_cast<uint32_t>(RecoveryKind::kVoidAnswer)) ||
+      !awaitingAnswer_) {
     return false;
   }
   bool held = hold_.any();
   for (size_t i = 0; i < count_; ++i) {
     core::Operation& op = *doubts_[i].op;
     Immediate imm = decode(op.tag);
-    if (doubts_[i].state != ShareDoubt::kAsked || (imm.kind == ImmKind::kEager) != eager ||
-        imm.slot != answer.slot || (eager ? imm.count : imm.index) != answer.index ||
-        op.rail != answer.rail) {
+    if (doubts_[i].state != ShareDoubt::kAsked ||
+        static_cast<uint32_t>(answerKind(op)) != answer.kind || imm.slot != answer.slot ||
+        (eager ? imm.count : imm.index) != answer.index || op.rail != answer.rail) {
       continue;
     }
     remove(i);
@@ -142,7 +161,11 @@ bool SendRecovery::onOwnCompletion(core::Operation& op, int error) {
     while (count_ > 0) {
       core::Operation& doubtful = *doubts_[count_ - 1].op;
       remove(count_ - 1);
-      fail(doubtful, error, "the question about it could not be sent");
+      if (isVoid(doubtful)) {
+        giveUpVoid(doubtful, "the question about it could not be sent");
+      } else {
+        fail(doubtful, error, "the question about it could not be sent");
+      }
     }
     return true;
   }
@@ -181,6 +204,10 @@ void SendRecovery::writeAgain(core::Operation& op) {
   if (rail == op.rail) rail = carrying[nextRail_++ % rails];
   if (isEager(op)) {
     writeEagerAgain(op, rail);
+    return;
+  }
+  if (isVoid(op)) {
+    writeVoidAgain(op, rail);
     return;
   }
   uint64_t share = op.transferred + op.length + op.segment.shareLeft;
@@ -226,6 +253,30 @@ void SendRecovery::writeEagerAgain(core::Operation& op, size_t rail) {
   }
 }
 
+// The buffer still waits for the void: it goes again on `rail`, to the buffer its descriptor
+// named there (the ring entry is still that group's: the slot waits for this void). It stays
+// held (segment.resent) until it ends; failing again, it is asked about again.
+void SendRecovery::writeVoidAgain(core::Operation& op, size_t rail) {
+  Immediate imm = decode(op.tag);
+  const auto* described = reinterpret_cast<const BufferDescriptor*>(
+      ring_->data + entryOffset(imm.slot) + imm.index * sizeof(BufferDescriptor));
+  op.rail = static_cast<uint8_t>(rail);
+  op.peer = comm_.peer(rail);
+  op.remoteAddress = described->address;
+  op.remoteKey = described->keys[rail];
+  if (comm_.device().post(op) != abi::kSuccess) {
+    giveUpVoid(op, "writing it again could not be posted");
+  }
+}
+
+void SendRecovery::giveUpVoid(core::Operation& op, const char* why) {
+  op.segment.resent = 0;  // the void writer's again
+  NNF_INFO(abi::kLogSubsysNet,
+           "comm %u: a void on a failed rail is given up (%s); the receiver keeps its slot until "
+           "the comm closes",
+           comm_.id(), why);
+}
+
 bool SendRecovery::onWrittenAgain(const core::Operation& op) {
   return isEager(op) && releaseEager(op);
 }
@@ -233,6 +284,10 @@ bool SendRecovery::onWrittenAgain(const core::Operation& op) {
 // The buffer ended at the receiver (the original landed): the share is done. Counted for the
 // close by nobody (the receiver counted what landed; the failed write was not ours to count).
 void SendRecovery::settle(core::Operation& op) {
+  if (isVoid(op)) {
+    op.segment.resent = 0;  // it landed: the void writer's again
+    return;
+  }
   if (isEager(op)) releaseEager(op);
   uint64_t share = op.transferred + op.length + op.segment.shareLeft;
   op.segment.shareLeft = 0;

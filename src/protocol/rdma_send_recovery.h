@@ -23,6 +23,12 @@
 // immediate carries the generation, and the entry takes each generation once. Until the message
 // is settled no eager message goes (the entry is not written again under it). One written again
 // that fails again (its new rail broke too) is asked about again, the same way.
+//
+// A void that failed so (the answer to a descriptor whose message went eagerly) is asked about by
+// its slot, buffer and the (tag, sequence number) the descriptor said (kVoidQuery): the receiver
+// says whether the buffer still waits for it, and ignores that rail's voids for the buffer from
+// then on; if it waits, the void is written again on a rail that is up. Its slot cannot serve
+// another group meanwhile (it waits for the void), so the ring entry still names the buffer.
 #pragma once
 
 #include <cstddef>
@@ -60,6 +66,10 @@ class SendRecovery {
   // `op`, a segment of a request's data write, failed with `error`: true when its share is in
   // doubt and taken over (the request stays pending); false when the request fails.
   bool onWriteFailed(core::Operation& op, int error);
+  // `op`, one of the eager sender's voids, failed with `error`: true when it is in doubt and
+  // taken over (op.segment.resent set until it is written again and ends, or settled); false
+  // when it is not to be recovered (then the receiver keeps its slot until the comm closes).
+  bool onVoidFailed(core::Operation& op, int error);
   // The receiver's RailAnswer: true when it released the eager entries (EagerHold::release).
   bool onMessage(const uint8_t* data, size_t length);
   // True when `op` was our question (its send ended; a failed send fails the share's request).
@@ -87,6 +97,15 @@ class SendRecovery {
   void writeAgain(core::Operation& op);
   void writeEagerAgain(core::Operation& op, size_t rail);
   static bool isEager(const core::Operation& op) { return decode(op.tag).kind == ImmKind::kEager; }
+  static bool isVoid(const core::Operation& op) { return decode(op.tag).kind == ImmKind::kVoid; }
+  static RecoveryKind answerKind(const core::Operation& op) {
+    return isEager(op)  ? RecoveryKind::kEagerAnswer
+           : isVoid(op) ? RecoveryKind::kVoidAnswer
+                        : RecoveryKind::kAnswer;
+  }
+  void writeVoidAgain(core::Operation& op, size_t rail);
+  // A void in doubt is given up: its slot stays taken at the receiver until the comm closes.
+  void giveUpVoid(core::Operation& op, const char* why);
   // The eager message of `op` (its entry is the immediate's slot) is settled, or failed.
   bool releaseEager(const core::Operation& op) { return hold_.release(decode(op.tag).slot); }
   void settle(core::Operation& op);

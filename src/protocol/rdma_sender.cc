@@ -175,7 +175,16 @@ bool Sender::onOwnCompletion(core::Operation& op, int error) {
     if (error != 0) close_.answerAgain(error);  // its rail broke: it goes again on another
     return true;
   }
-  if (recovery_.onOwnCompletion(op, error)) return true;
+  if (recovery_.onOwnCompletion(op, error)) {
+    eager_.postVoids();  // a failed question gives up the voids in doubt
+    return true;
+  }
+  // A void that failed on a broken rail may have landed: the receiver is asked before it goes
+  // again (SendRecovery).
+  if (error != 0 && eager_.isVoid(op) && !close_.receiverDone() &&
+      recovery_.onVoidFailed(op, error)) {
+    return true;
+  }
   if (!eager_.onOwnCompletion(op, error)) return false;
   onWriteDone();  // a close answer may wait for this write
   return true;

@@ -44,6 +44,7 @@ class Sender final : public CommState {
   void onProtocolMessage(const uint8_t* data, size_t length) {
     // An eager message settled: small sends that waited meanwhile may go eagerly again.
     if (recovery_.onMessage(data, length)) sendWaitingEagerly();
+    eager_.postVoids();  // a void in doubt that had landed lets its operation go
   }
   int ownInFlight();
   // Each of our own operations (not a request's): the device takes back those a provider holds

@@ -62,6 +62,7 @@ class SlotProgress {
       buffer.segments = 0;
       buffer.seen = 0;
       buffer.ignoredRails = 0;
+      buffer.ignoredVoidRails = 0;
       memset(buffer.seenOn, 0, sizeof(buffer.seenOn));
       to(buffer, BufferState::kExpecting);
     }
@@ -143,16 +144,31 @@ class SlotProgress {
                                                            : BufferState::kEnded);
     return length > buffer.capacity ? SegmentOutcome::kTruncated : SegmentOutcome::kComplete;
   }
-  // The sender's void for buffer `index` (before or after its eager message); false when the
-  // group has no such buffer.
-  bool onVoid(uint32_t index) {
+  // The sender's void for buffer `index` (before or after its eager message), on `rail`; false
+  // when the group has no such buffer. One on a rail the buffer's void was reset for
+  // (resetVoid) is a late original of a void written again: ignored.
+  bool onVoid(uint32_t index, size_t rail = 0) {
     if (index >= count_) return false;
     Buffer& buffer = buffers_[index];
+    if ((buffer.ignoredVoidRails >> rail & 1u) != 0) return true;
     if (buffer.state == BufferState::kAwaitingVoid) {
       to(buffer, BufferState::kEnded);
     } else if (buffer.state == BufferState::kExpecting) {
       to(buffer, BufferState::kVoidFirst);
     }
+    return true;
+  }
+  // The sender's void for buffer `index` failed on `rail`, a broken path (RailQuery, kVoidQuery):
+  // true when the buffer still waits for it (its eager message filled it, or is on the way):
+  // voids on that rail are ignored for the buffer from now on, and the sender writes it again
+  // on another. False when it landed (the buffer saw its void) or the buffer has none to wait for.
+  bool resetVoid(uint32_t index, size_t rail) {
+    if (index >= count_ || rail >= kMaxRails) return false;
+    Buffer& buffer = buffers_[index];
+    if (buffer.state != BufferState::kAwaitingVoid && buffer.state != BufferState::kExpecting) {
+      return false;
+    }
+    buffer.ignoredVoidRails = static_cast<uint8_t>(buffer.ignoredVoidRails | 1u << rail);
     return true;
   }
   // Voids still to come: the sender may not have read the slot's descriptors yet.
@@ -169,7 +185,8 @@ class SlotProgress {
     uint64_t bytes = 0;
     uint8_t segments = 0;  // 0: none seen yet
     uint8_t seen = 0;
-    uint8_t ignoredRails = 0;  // bit r: rail r's share was reset (resetRail): late ones ignored
+    uint8_t ignoredRails = 0;      // bit r: rail r's share was reset (resetRail): late ones ignored
+    uint8_t ignoredVoidRails = 0;  // bit r: its void on rail r was reset (resetVoid)
     BufferState state = BufferState::kIdle;
     uint8_t seenOn[kMaxRails] = {};  // segments seen per rail (kMaxSegments fits a byte)
   };

@@ -6,7 +6,10 @@
 namespace nnf::protocol::rdma {
 
 VoidWriter::VoidWriter(core::SendComm& comm, SenderClose& close) : comm_(comm), close_(close) {
-  for (core::Operation& op : ops_) op.owner = &comm;
+  for (core::Operation& op : ops_) {
+    op.owner = &comm;
+    op.segment = core::WriteSegment{};  // not held by rail recovery
+  }
 }
 
 void VoidWriter::owe(uint32_t slot, uint32_t index, const BufferDescriptor& buffer) {
@@ -15,6 +18,8 @@ void VoidWriter::owe(uint32_t slot, uint32_t index, const BufferDescriptor& buff
   if (slot >= kSlots || index >= kGroup || close_.receiverDone()) return;
   owed_[slot] |= static_cast<uint8_t>(1u << index);
   owedSlots_ |= 1u << slot;
+  tags_[slot][index] = buffer.tag;
+  seqs_[slot][index] = buffer.seq;
   address_[slot] = buffer.address;
   for (size_t r = 0; r < kMaxRails; ++r) keys_[slot][r] = buffer.keys[r];
   // The receiver reuses the slot only after the void: a sender whose last send has ended may
@@ -27,7 +32,7 @@ void VoidWriter::owe(uint32_t slot, uint32_t index, const BufferDescriptor& buff
 void VoidWriter::post() {
   for (core::Operation& op : ops_) {
     if (owedSlots_ == 0) return;
-    if (op.inFlight || op.queued) continue;
+    if (op.inFlight || op.queued || op.segment.resent != 0) continue;
     auto slot = static_cast<uint32_t>(__builtin_ctz(owedSlots_));
     auto index = static_cast<uint32_t>(__builtin_ctz(owed_[slot]));
     owed_[slot] &= static_cast<uint8_t>(~(1u << index));
@@ -44,13 +49,15 @@ void VoidWriter::post() {
     op.remoteAddress = address_[slot];
     op.remoteKey = keys_[slot][rail];
     op.tag = encodeVoid(comm_.remoteId(), slot, index);
-    // A failure is the device's to log; the receiver then keeps that slot until it closes.
+    op.segment = core::WriteSegment{0, tags_[slot][index], seqs_[slot][index], 0, 0};
+    // A failure is the device's to log; one on a broken rail is rail recovery's (Sender).
     comm_.device().post(op);
   }
 }
 
 bool VoidWriter::onDone(core::Operation& op, int error) {
-  if (&op < ops_ || &op >= ops_ + kOps) return false;
+  if (!owns(op)) return false;
+  op.segment.resent = 0;                       // a void written again by rail recovery ended too
   if (error == 0) close_.countWrite(op.rail);  // the receiver counts what lands
   if (!close_.receiverDone()) post();
   return true;
@@ -58,7 +65,11 @@ bool VoidWriter::onDone(core::Operation& op, int error) {
 
 int VoidWriter::pending() const {
   int count = owedSlots_ != 0 && !close_.receiverDone() ? 1 : 0;
-  for (const core::Operation& op : ops_) count += op.inFlight || op.queued ? 1 : 0;
+  for (const core::Operation& op : ops_) {
+    // One rail recovery holds may be written again (unless the receiver is done reading).
+    bool held = op.segment.resent != 0 && !close_.receiverDone();
+    count += op.inFlight || op.queued || held ? 1 : 0;
+  }
   return count;
 }
 

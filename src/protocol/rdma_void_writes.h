@@ -2,9 +2,10 @@
 // write of no bytes naming the slot and buffer, after which the receiver may reuse the slot.
 // Taken with the receiver's grant (a comm that never sends eagerly holds none): a few
 // operations, and the voids owed per slot (a bit per buffer) that wait for one of them. A void
-// goes on the first rail up; one that fails with its rail is not written again (it may have
-// landed, and a second landing could end a buffer of the slot's next group): the receiver keeps
-// that slot until the comm closes (docs/failover.md).
+// goes on the first rail up. One that fails with its rail is rail recovery's (SendRecovery): it
+// may have landed, and a second landing could end a buffer of the slot's next group, so the
+// receiver is asked whether the buffer still waits for it, and only then is it written again;
+// meanwhile its operation is not reused (`segment.resent` set: the recovery holds it).
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,11 @@ class VoidWriter {
   void owe(uint32_t slot, uint32_t index, const BufferDescriptor& buffer);
   // A void ended: true when `op` was one.
   bool onDone(core::Operation& op, int error);
+  bool owns(const core::Operation& op) const { return &op >= ops_ && &op < ops_ + kOps; }
+  // Posts owed voids on the operations free now (rail recovery let one go).
+  void postOwed() {
+    if (!close_.receiverDone()) post();
+  }
   // Voids owed or with the provider (the close's answer waits for them).
   int pending() const;
   template <typename Visit>
@@ -45,6 +51,9 @@ class VoidWriter {
   uint32_t owedSlots_ = 0;         // bit s: owed_[s] != 0
   uint64_t address_[kSlots] = {};  // a buffer of the slot's group: where the empty write goes
   uint64_t keys_[kSlots][kMaxRails] = {};  // its key on each rail
+  // The (tag, sequence number) each buffer's descriptor said: a void in doubt is named by them.
+  int32_t tags_[kSlots][kGroup] = {};
+  uint16_t seqs_[kSlots][kGroup] = {};
 };
 
 }  // namespace nnf::protocol::rdma

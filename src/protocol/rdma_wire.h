@@ -243,7 +243,18 @@ static_assert(sizeof(ClosedAck) == 32);
 // answers that it landed (the entry took that generation) or that it did not (the sender writes
 // it again, whole, on a rail that is up; should the original land after all, the receiver takes
 // one of the two by the generation the immediate carries).
-enum class RecoveryKind : uint32_t { kQuery = 1, kAnswer = 2, kEagerQuery = 3, kEagerAnswer = 4 };
+// A void that failed so (kVoidQuery) is named like a data write, by slot, index and (tag,
+// sequence number): the receiver answers that the buffer still waits for it (then it ignores
+// voids from that rail for the buffer, and the sender writes the void again on a rail that is
+// up), or that it does not (it landed, or the slot serves another group now).
+enum class RecoveryKind : uint32_t {
+  kQuery = 1,
+  kAnswer = 2,
+  kEagerQuery = 3,
+  kEagerAnswer = 4,
+  kVoidQuery = 5,
+  kVoidAnswer = 6
+};
 struct RailQuery {
   uint32_t kind;  // RecoveryKind::kQuery
   uint32_t slot;

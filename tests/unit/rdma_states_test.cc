@@ -135,6 +135,45 @@ TEST(RdmaBufferStates, AnEagerMessageIntoADescribedBufferAwaitsItsVoid) {
   EXPECT_FALSE(slot.onVoid(2)) << "past the group";
 }
 
+// A void that failed on a broken rail (rail recovery asks about it): the buffer that still waits
+// for it says so and from then on ignores voids from that rail (a late original), so that only
+// the one written again on another rail ends it; one that saw its void says it landed.
+TEST(RdmaBufferStates, AVoidAskedAboutIsTakenOnceFromTheRailItWentAgainOn) {
+  SlotProgress slot;
+  uint64_t sizes[3] = {64, 64, 64};
+  slot.arm(3, sizes);
+  EXPECT_EQ(slot.onEager(0, 8), SegmentOutcome::kComplete);
+  ASSERT_EQ(slot.state(0), BufferState::kAwaitingVoid);
+  EXPECT_TRUE(slot.resetVoid(0, 1)) << "awaiting its void: written again";
+  ASSERT_TRUE(slot.onVoid(0, 1));
+  EXPECT_EQ(slot.state(0), BufferState::kAwaitingVoid) << "the late original is ignored";
+  EXPECT_TRUE(slot.voidsOwed());
+  ASSERT_TRUE(slot.onVoid(0, 2));
+  EXPECT_EQ(slot.state(0), BufferState::kEnded) << "the void written again ends it";
+  EXPECT_FALSE(slot.voidsOwed());
+  EXPECT_FALSE(slot.resetVoid(0, 2)) << "ended: nothing to write again";
+
+  // Its eager message not here yet: the void is still to come too.
+  EXPECT_TRUE(slot.resetVoid(1, 0));
+  ASSERT_TRUE(slot.onVoid(1, 0));
+  EXPECT_EQ(slot.state(1), BufferState::kExpecting);
+  ASSERT_TRUE(slot.onVoid(1, 3));
+  EXPECT_EQ(slot.state(1), BufferState::kVoidFirst);
+  EXPECT_EQ(slot.onEager(1, 8), SegmentOutcome::kComplete);
+  EXPECT_EQ(slot.state(1), BufferState::kEnded);
+
+  // The void landed before the question (void first): it is not written again.
+  ASSERT_TRUE(slot.onVoid(2, 0));
+  EXPECT_FALSE(slot.resetVoid(2, 0));
+  EXPECT_FALSE(slot.resetVoid(3, 0)) << "past the group";
+
+  // The rails ignored are the group's: the slot's next group takes voids from every rail.
+  slot.arm(1, sizes);
+  EXPECT_EQ(slot.onEager(0, 8), SegmentOutcome::kComplete);
+  ASSERT_TRUE(slot.onVoid(0, 1));
+  EXPECT_EQ(slot.state(0), BufferState::kEnded);
+}
+
 TEST(RdmaBufferStates, ASettledBufferTakesNothing) {
   SlotProgress slot;
   uint64_t sizes[2] = {64, 64};

@@ -372,8 +372,19 @@ table() {
     'size_t count = takeBack(rail, peers, "stuck on a silent path");' 'size_t count = 0;' \
     rdma_failover_test 'RdmaFailoverOverFakeFabric.APeersNicGoingSilent*' -
   mutant silence-no-witness-ping src/core/device_silence.cc \
-    'if ((found.unwitnessed & ~1u) != 0) comm.pingForWitness();' '' \
-    failover_test 'Failover.APeersSilentNic*' NNF_TEST_PROVIDER=efa+rdma+2rails
+    'if (found.unwitnessed != 0) comm.pingForWitness(found.unwitnessed);' '' \
+    failover_test 'Failover.APeersSilent*' NNF_TEST_PROVIDER=efa+rdma+2rails
+  mutant silence-ping-on-the-stuck-rail src/core/data_comm.cc \
+    'uint32_t rails = device().railHealth().usable(rails_, pathsDown_) & ~stuck;' \
+    'uint32_t rails = device().railHealth().usable(rails_, pathsDown_);' \
+    rdma_failover_test 'RdmaFailoverOverFakeFabric.APingThatWitnesses*' -
+  mutant silence-leader-left-out src/core/device_silence.cc \
+    'for (size_t r = 0; r < comm.rails(); ++r) {' 'for (size_t r = 1; r < comm.rails(); ++r) {' \
+    rdma_failover_test 'RdmaFailoverOverFakeFabric.APeersLeaderNicGoingSilent*' -
+  mutant silence-receive-comms-left-out src/core/device_silence.cc \
+    'if (kind != Comm::Kind::kSend && kind != Comm::Kind::kRecv) continue;' \
+    'if (kind != Comm::Kind::kSend) continue;' \
+    rdma_failover_test 'RdmaFailoverOverFakeFabric.APeersLeaderNicGoingSilent*' -
   mutant silence-path-left-up src/core/device_silence.cc \
     '  pathBroke(rail, peer, what);  // as a failed write' '  // left up' \
     failover_test 'Failover.APeersSilentNic*' NNF_TEST_PROVIDER=softefa+rdma+2rails

@@ -77,6 +77,12 @@ abi::Result ControlChannel::send(Operation& op, uint8_t* buffer, const ControlSl
                                  const DataComm& comm, wire::ControlKind kind, const void* payload,
                                  size_t length) {
   size_t rail = device_.railHealth().firstUp(comm.rails(), comm.pathsDown());
+  return sendVia(rail, op, buffer, slot, comm, kind, payload, length);
+}
+
+abi::Result ControlChannel::sendVia(size_t rail, Operation& op, uint8_t* buffer,
+                                    const ControlSlot& slot, const DataComm& comm,
+                                    wire::ControlKind kind, const void* payload, size_t length) {
   return sendOn(rail, op, buffer, slot.descOf(rail), comm.peer(rail), comm.remoteId(), kind,
                 payload, length);
 }

@@ -57,6 +57,10 @@ class ControlChannel final : public OperationOwner {
   // and `slot`'s descriptor there); `slot` holds `buffer`.
   abi::Result send(Operation& op, uint8_t* buffer, const ControlSlot& slot, const DataComm& comm,
                    wire::ControlKind kind, const void* payload, size_t length);
+  // The same on `rail` (a ping that witnesses for the comm's other rails, the leader among them).
+  abi::Result sendVia(size_t rail, Operation& op, uint8_t* buffer, const ControlSlot& slot,
+                      const DataComm& comm, wire::ControlKind kind, const void* payload,
+                      size_t length);
   // A set-up message of `comm` (connect, accept) in `slot`, on `rail` to comm `remoteId` of the
   // peer there: the comm knows its peer's rails before it knows its remote id.
   abi::Result sendSetUp(size_t rail, Operation& op, const ControlSlot& slot, const DataComm& comm,

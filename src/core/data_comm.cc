@@ -111,6 +111,23 @@ void DataComm::forEachOwnInFlightOn(size_t rail, const std::function<void(Operat
   device().protocol().forEachOwn(*this, onRail);
 }
 
+uint32_t DataComm::railsWriting() {
+  uint32_t busy = 0;
+  forEachRequest([&](Request& request) {
+    for (int i = 0; i < request.count; ++i) {
+      const Operation& op = request.ops[i];
+      if (op.inFlight && op.type == OpType::kWrite) busy |= 1u << op.rail;
+    }
+  });
+  auto own = [&busy](const Operation& op) {
+    if (op.inFlight) busy |= 1u << op.rail;
+  };
+  own(pingSend_);
+  own(setUpSend());
+  device().protocol().forEachOwn(*this, own);
+  return busy;
+}
+
 void DataComm::setPeerIdentity(uint32_t pid, uint64_t hostId) {
   peerPid_ = pid;
   peerLocal_ = hostId == wire::localHostId();
@@ -155,6 +172,17 @@ void DataComm::sendPing() {
   uint8_t* buffer = control().data + ControlSlot::kSize - sizeof(wire::ControlHeader);
   device().controlChannel().send(pingSend_, buffer, control(), *this, wire::ControlKind::kPing,
                                  nullptr, 0);
+}
+
+void DataComm::pingForWitness(uint32_t stuck) {
+  if (pingSend_.inFlight || pingSend_.queued || control().data == nullptr) return;
+  // Not on a rail it is to witness for (the leader, whose control messages it would follow).
+  uint32_t rails = device().railHealth().usable(rails_, pathsDown_) & ~stuck;
+  if (rails == 0) return;
+  auto rail = static_cast<size_t>(__builtin_ctz(rails));
+  uint8_t* buffer = control().data + ControlSlot::kSize - sizeof(wire::ControlHeader);
+  device().controlChannel().sendVia(rail, pingSend_, buffer, control(), *this,
+                                    wire::ControlKind::kPing, nullptr, 0);
 }
 
 void DataComm::failPeer(const char* why, bool quiet) {
@@ -210,8 +238,8 @@ void DataComm::onComplete(Operation& op, size_t length) {
   releaseRegistration(op);
   Request* request = op.request;
   if (request == nullptr) {
+    if (rails_ > 1) silence_.landed(op.rail);  // the peer (its NIC there) took it
     if (isPing(op)) {
-      if (rails_ > 1) silence_.landed(op.rail);  // the peer answers over that rail
       onPing(op, 0, nullptr);
     } else if (!device().protocol().onOwnCompletion(*this, op, 0)) {
       onControlComplete(op, length);

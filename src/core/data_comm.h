@@ -70,21 +70,15 @@ class DataComm : public Comm {
   void setPathsDown(uint32_t mask) { pathsDown_ = mask; }
   uint32_t remoteId() const { return remoteId_; }
   // Whether the comm's writes stop completing on one rail (core/silence_watch.h), and the rails
-  // on which one of its requests' writes is with the provider (bit r), for the device's looks.
+  // on which one of its writes is with the provider (bit r), for the device's looks.
   SilenceWatch& silence() { return silence_; }
-  // A ping to the peer over the comm's control rail (the leader while it is up), whose delivery
-  // counts for that rail (SilenceWatch::Findings::unwitnessed); none while one is in flight.
-  void pingForWitness() { sendPing(); }
-  uint32_t railsWriting() {
-    uint32_t busy = 0;
-    forEachRequest([&](Request& request) {
-      for (int i = 0; i < request.count; ++i) {
-        const Operation& op = request.ops[i];
-        if (op.inFlight && op.type == OpType::kWrite) busy |= 1u << op.rail;
-      }
-    });
-    return busy;
-  }
+  // A ping to the peer over the first rail up that is not among `stuck` (the rails it is to
+  // witness for, the leader among them), whose delivery counts for that rail
+  // (SilenceWatch::Findings::unwitnessed); none while one is in flight.
+  void pingForWitness(uint32_t stuck);
+  // Its own operations count too (a receive comm's descriptor and credit writes, its control
+  // messages): a silent leader holds them.
+  uint32_t railsWriting();
 
   ~DataComm() override;
 

@@ -1,14 +1,16 @@
 // Paths whose writes go silent (core/silence_watch.h): a write that neither completes nor fails
 // gives the device nothing to react to (a NIC reset on efa, whose provider reads no device
-// events; a link that dies under a write that was already acknowledged to nobody). Each send
-// comm of several rails is looked at every quarter of NCCL_FABRIC_RAIL_TIMEOUT_MS from the
-// keeper's turn; a rail beyond the leader found silent is handled as a failed write's path, and
-// its stuck writes are taken back as an endpoint error's stranded ones are (device_endpoint.cc).
-// The leader is left to the peer's liveness (its pings and NCCL_FABRIC_REQUEST_TIMEOUT_S): its
-// address carries the control channel of every comm to that peer, and removing it would drop
-// what they have in flight unseen. Where the provider cannot forget a peer whose writes the device
-// still holds (efa before libfabric 2.3), nothing is taken back: the path goes down for new
-// messages, and what is stuck goes again once the provider fails it (SRD gives up on it).
+// events; a link that dies under a write that was already acknowledged to nobody). Each comm of
+// several rails (a receive comm for its own writes: descriptors, credits, control messages, the
+// sender's writes landing on its other rails witnessing) is looked at every quarter of
+// NCCL_FABRIC_RAIL_TIMEOUT_MS from the
+// keeper's turn; a rail found silent (the leader too) is handled as a failed write's path, and
+// its stuck writes are taken back as an endpoint error's stranded ones are (device_endpoint.cc),
+// the comms' own operations to that peer with them (control messages, descriptor and credit
+// writes: each goes again on a rail up, as after a broken path). Where the provider cannot forget
+// a peer whose writes the device still holds (efa before libfabric 2.3), nothing is taken back:
+// the path goes down for new messages, and what is stuck goes again once the provider fails it
+// (SRD gives up on it).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -32,15 +34,18 @@ uint64_t Device::lookForSilentPaths(uint64_t now) {
   std::vector<std::pair<size_t, fi_addr_t>> silent;  // allocates only when a path is silent
   // Not forEachDataComm: a std::function of this lambda would allocate at every look.
   for (const auto& entry : comms_) {
-    if (entry.second->kind() != Comm::Kind::kSend) continue;
+    Comm::Kind kind = entry.second->kind();
+    if (kind != Comm::Kind::kSend && kind != Comm::Kind::kRecv) continue;
     auto& comm = static_cast<DataComm&>(*entry.second);
     if (comm.rails() < 2) continue;
     uint32_t busy = comm.railsWriting();
     watching |= busy != 0;
     SilenceWatch::Findings found = comm.silence().look(now, busy, comm.rails(), silenceBoundNs_);
-    if ((found.unwitnessed & ~1u) != 0) comm.pingForWitness();
-    const uint32_t rails = found.silent;
-    for (size_t r = 1; r < comm.rails(); ++r) {
+    if (found.unwitnessed != 0) comm.pingForWitness(found.unwitnessed);
+    // A path down already (what is stuck there waits for the provider to fail it) is not named
+    // again at every look.
+    const uint32_t rails = found.silent & railHealth_.usable(comm.rails(), comm.pathsDown());
+    for (size_t r = 0; r < comm.rails(); ++r) {
       // Once a path: its comms' writes are all taken back together (and its address replaced).
       std::pair<size_t, fi_addr_t> path(r, comm.peer(r));
       if ((rails & (1u << r)) != 0 && std::find(silent.begin(), silent.end(), path) == silent.end())

@@ -12,7 +12,9 @@
 // complete a write, or from the first that saw it busy after one that saw it idle; the witnesses
 // are the other rails' completions since the look before the one it went quiet at. Where there
 // are none (a stream of one message at a time: nothing else moves while it waits), the comm pings
-// its peer over its control rail, whose delivery witnesses.
+// its peer over a rail that is not stuck, whose delivery witnesses. A receive comm's writes are
+// its own (descriptors, credits, control messages); the sender's writes landing on a rail count
+// for that rail (its NIC there is alive).
 #pragma once
 
 #include <cstddef>

@@ -56,6 +56,8 @@ void Rdma::onRemoteWrite(core::Device& device, size_t rail, uint64_t data, size_
     return;
   }
   rdma::Receiver* receiver = receiverOf(dataComm);
+  // The sender's NIC there is alive: a witness for the receive comm's own writes on other rails.
+  if (dataComm.rails() > 1) dataComm.silence().landed(rail);
   if (receiver == nullptr || receiver->onWrite(rail, imm, length)) return;
   if (!comm->closed() && !warnedStray_) {
     warnedStray_ = true;

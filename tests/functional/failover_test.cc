@@ -923,6 +923,12 @@ TEST(Failover, APeersSilentNicIsFoundAndLeavesTheRailToEveryOtherPeer) {
   peerNicBreaks(1, 7, /*silent=*/true);
 }
 
+// The same with the peer's leader NIC: its control messages, our writes to it and its own writes
+// to us (descriptors) go silent there.
+TEST(Failover, APeersSilentLeaderNicIsFoundAndLeavesTheLeaderToEveryOtherPeer) {
+  peerNicBreaks(0, 7, /*silent=*/true);
+}
+
 // NCCL connects peers when it first needs them (point-to-point, alltoall): a comm that connects
 // after the leader's link broke must reach its peer over another rail. The listen handle carries
 // the listener's rails beyond the leader (those that fit: three of efa's addresses), the connect

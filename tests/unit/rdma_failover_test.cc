@@ -319,14 +319,17 @@ TEST(RdmaFailoverOverFakeFabric, APeersNicFailingMidRunBreaksOnePathAndLosesNoth
 // writes back (removing the peer's address drops them) and writes them again elsewhere after
 // asking. Every message lands once, whole: a write not taken back would land twice when the NIC
 // comes back, or never; the sender names the path once and keeps its rails up.
-TEST(RdmaFailoverOverFakeFabric, APeersNicGoingSilentMidRunIsFoundAndLosesNothing) {
+void aPeersNicGoesSilentMidRun(bool leader) {
   constexpr int kSeeds = 20;
   uint64_t withheld = 0, dropped = 0, landed = 0;
-  const uint64_t first = firstSeed(341);
+  const uint64_t first = firstSeed(leader ? 361 : 341);
   for (uint64_t seed = first; seed < first + kSeeds; ++seed) {
-    FailoverRun run(seed, [](FakePlugin::Options& options) {
-      options.settings["NCCL_FABRIC_RAIL_TIMEOUT_MS"] = "20";
-    });
+    FailoverRun run(
+        seed,
+        [](FakePlugin::Options& options) {
+          options.settings["NCCL_FABRIC_RAIL_TIMEOUT_MS"] = "20";
+        },
+        leader);
     ASSERT_TRUE(run.connected());
     const uint64_t messages = messagesToRun() / kSeeds;
     const uint64_t silentAt = messages / 5 + run.pick()() % (messages * 2 / 5);
@@ -342,7 +345,7 @@ TEST(RdmaFailoverOverFakeFabric, APeersNicGoingSilentMidRunIsFoundAndLosesNothin
         restored = true;
       }
     });
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
     EXPECT_TRUE(silenced);
     EXPECT_EQ(restored, restores);
     EXPECT_GT(run.fabric().stats().withheldDropped, 0u) << "no stuck write was taken back";
@@ -354,17 +357,27 @@ TEST(RdmaFailoverOverFakeFabric, APeersNicGoingSilentMidRunIsFoundAndLosesNothin
         EXPECT_EQ(sender.pathHealth().downCount(), 1u) << "the path to the receiver";
       }
     }
-    run.expectEveryMessageOnce(1, 1);
+    // A silent leader holds the receiver's own writes too (descriptors, credits, control
+    // messages): it names its path as well.
+    run.expectEveryMessageOnce(1, leader ? 2 : 1);
     withheld += run.fabric().stats().withheld;
     dropped += run.fabric().stats().withheldDropped;
     landed += run.fabric().stats().withheldLanded;
   }
   printf(
-      "[ failover ] %d seeds, a peer's NIC going silent: %llu transfers withheld (%llu landed), "
+      "[ failover ] %d seeds, a peer's %s going silent: %llu transfers withheld (%llu landed), "
       "%llu taken back\n",
-      kSeeds, static_cast<unsigned long long>(withheld), static_cast<unsigned long long>(landed),
-      static_cast<unsigned long long>(dropped));
+      kSeeds, leader ? "leader NIC" : "NIC", static_cast<unsigned long long>(withheld),
+      static_cast<unsigned long long>(landed), static_cast<unsigned long long>(dropped));
   EXPECT_GT(landed, 0u);
+}
+
+TEST(RdmaFailoverOverFakeFabric, APeersNicGoingSilentMidRunIsFoundAndLosesNothing) {
+  aPeersNicGoesSilentMidRun(/*leader=*/false);
+}
+
+TEST(RdmaFailoverOverFakeFabric, APeersLeaderNicGoingSilentMidRunIsFoundAndLosesNothing) {
+  aPeersNicGoesSilentMidRun(/*leader=*/true);
 }
 
 // How `request` ended (test()'s result), both devices progressing meanwhile; kInProgress when it
@@ -409,6 +422,32 @@ void closeHoldingNothing(FakePlugin& fake, const FakePlugin::Pair& pair, void* s
 // listen handle names them), and so does the accept message; should the first of each have landed
 // all the same (efa: its acknowledgement lost), each end takes it once: one receive comm, which
 // carries a message. 2 and 4 rails, the leader failing for every device before the connect.
+// The ping a comm sends to witness for rails stuck alone (core/silence_watch.h) goes on a rail
+// other than those: on the leader, stuck itself, it would witness nothing (a silent leader would
+// then be found only when the provider gave up on what it holds).
+TEST(RdmaFailoverOverFakeFabric, APingThatWitnessesForTheLeaderGoesOnAnotherRail) {
+  for (uint64_t seed = 1; seed < 3; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    FakePlugin fake(efaPairOptions(seed));
+    FakePlugin::Pair pair;
+    ASSERT_TRUE(fake.connect(&pair));
+    auto* send = static_cast<core::DataComm*>(core::Comm::fromHandle(pair.send));
+    uint32_t railsPinged = 0;
+    {
+      std::lock_guard<fabric::DomainLock> lock(send->device().domainLock());
+      ASSERT_GE(send->rails(), 2u);
+      send->pingForWitness(/*stuck=*/1u);
+      for (size_t rail = 0; rail < send->rails(); ++rail) {
+        send->forEachOwnInFlightOn(rail, [&](core::Operation&) { railsPinged |= 1u << rail; });
+      }
+    }
+    EXPECT_EQ(railsPinged, 2u) << "the ping went on rail 1, the first that is not stuck";
+    EXPECT_EQ(fake.closeSend(pair.send), abi::kSuccess);
+    EXPECT_EQ(fake.closeRecv(pair.recv), abi::kSuccess);
+    EXPECT_TRUE(fake.nothingHeld());
+  }
+}
+
 TEST(RdmaFailoverOverFakeFabric, ASetUpMessageThatFailedButLandedMakesOneComm) {
   constexpr size_t kBytes = 64 << 10;
   for (uint64_t seed = 1; seed < 5; ++seed) {

@@ -653,7 +653,7 @@ TEST(RdmaFailoverOverFakeFabric, AnyRailFailingAgainAndAgainLosesNothing) {
   constexpr int kSeeds = 20;
   constexpr uint64_t kBreaks = 8;
   const uint64_t first = firstSeed(121);
-  uint64_t failed = 0, breaks = 0, leaderBreaks = 0;
+  uint64_t failed = 0, breaks = 0, leaderBreaks = 0, voidsFailed = 0;
   for (uint64_t seed = first; seed < first + kSeeds; ++seed) {
     FailoverRun run(seed, [seed](FakePlugin::Options& options) {
       options.fabric.failedLandedAfterQuestion = (seed / 2) % 2 == 0;
@@ -696,15 +696,20 @@ TEST(RdmaFailoverOverFakeFabric, AnyRailFailingAgainAndAgainLosesNothing) {
     });
     if (HasFatalFailure()) return;
     failed += run.fabric().stats().failed;
+    voidsFailed += run.voidsFailed();
     const int distinct = __builtin_popcount(broken);
     run.expectEveryMessageOnce(distinct, 2 * distinct);
   }
-  printf("[ failover ] %d seeds: %llu breaks (%llu of the leader), %llu operations failed\n",
-         kSeeds, static_cast<unsigned long long>(breaks),
-         static_cast<unsigned long long>(leaderBreaks), static_cast<unsigned long long>(failed));
+  printf(
+      "[ failover ] %d seeds: %llu breaks (%llu of the leader), %llu operations failed, %llu of "
+      "them voids\n",
+      kSeeds, static_cast<unsigned long long>(breaks),
+      static_cast<unsigned long long>(leaderBreaks), static_cast<unsigned long long>(failed),
+      static_cast<unsigned long long>(voidsFailed));
   EXPECT_GE(breaks, uint64_t{kSeeds} * kBreaks / 2) << "most breaks found every rail up";
   EXPECT_GT(leaderBreaks, 0u);
   EXPECT_GT(failed, 0u);
+  EXPECT_GT(voidsFailed, 0u) << "no void met a broken rail (asked about, written again once)";
 }
 
 // Which failed shares the sender may ask about again (SendRecovery::sharesItsRail): a message

@@ -177,6 +177,7 @@ bool Sender::onOwnCompletion(core::Operation& op, int error) {
   }
   if (recovery_.onOwnCompletion(op, error)) {
     eager_.postVoids();  // a failed question gives up the voids in doubt
+    onWriteDone();
     return true;
   }
   // A void that failed on a broken rail may have landed: the receiver is asked before it goes

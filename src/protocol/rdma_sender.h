@@ -45,6 +45,7 @@ class Sender final : public CommState {
     // An eager message settled: small sends that waited meanwhile may go eagerly again.
     if (recovery_.onMessage(data, length)) sendWaitingEagerly();
     eager_.postVoids();  // a void in doubt that had landed lets its operation go
+    onWriteDone();       // and a close answer may have waited for it
   }
   int ownInFlight();
   // Each of our own operations (not a request's): the device takes back those a provider holds

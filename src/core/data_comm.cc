@@ -175,7 +175,7 @@ void DataComm::sendPing() {
 }
 
 void DataComm::pingForWitness(uint32_t stuck) {
-  if (pingSend_.inFlight || pingSend_.queued || control().data == nullptr) return;
+  if (pingSend_.inFlight || pingSend_.queued || control().data == nullptr || closed()) return;
   // Not on a rail it is to witness for (the leader, whose control messages it would follow).
   uint32_t rails = device().railHealth().usable(rails_, pathsDown_) & ~stuck;
   if (rails == 0) return;
@@ -391,8 +391,11 @@ void DataComm::abandon(Request& request) {
 }
 
 int DataComm::inFlight() const {
-  int count = (const_cast<DataComm*>(this)->setUpSend().inFlight ? 1 : 0) +
-              (pingSend_.inFlight ? 1 : 0) + device().protocol().ownInFlight(*this);
+  // Queued ones too: the device's retry queue would post them after the comm went.
+  const Operation& setUp = const_cast<DataComm*>(this)->setUpSend();
+  int count = (setUp.inFlight || setUp.queued ? 1 : 0) +
+              (pingSend_.inFlight || pingSend_.queued ? 1 : 0) +
+              device().protocol().ownInFlight(*this);
   const_cast<DataComm*>(this)->forEachRequest([&count](const Request& request) {
     // Queued ones too: a closed comm keeps its sends and writes in the retry queue.
     for (int i = 0; i < request.count; ++i) {

@@ -37,7 +37,9 @@ uint64_t Device::lookForSilentPaths(uint64_t now) {
     Comm::Kind kind = entry.second->kind();
     if (kind != Comm::Kind::kSend && kind != Comm::Kind::kRecv) continue;
     auto& comm = static_cast<DataComm&>(*entry.second);
-    if (comm.rails() < 2) continue;
+    // A closing comm is not judged: its close has its own bound, and a ping posted now could
+    // outlive it.
+    if (comm.rails() < 2 || comm.closed()) continue;
     uint32_t busy = comm.railsWriting();
     watching |= busy != 0;
     SilenceWatch::Findings found = comm.silence().look(now, busy, comm.rails(), silenceBoundNs_);

@@ -167,19 +167,19 @@ bool DataComm::peerProcessExited(bool quiet) {
 }
 
 void DataComm::sendPing() {
-  if (pingSend_.inFlight || pingSend_.queued || control().data == nullptr) return;
-  // A header only, from the end of the comm's control slot (the set-up message is done by now).
-  uint8_t* buffer = control().data + ControlSlot::kSize - sizeof(wire::ControlHeader);
-  device().controlChannel().send(pingSend_, buffer, control(), *this, wire::ControlKind::kPing,
-                                 nullptr, 0);
+  sendPingVia(device().railHealth().firstUp(rails_, pathsDown_));
 }
 
 void DataComm::pingForWitness(uint32_t stuck) {
-  if (pingSend_.inFlight || pingSend_.queued || control().data == nullptr || closed()) return;
+  if (closed()) return;
   // Not on a rail it is to witness for (the leader, whose control messages it would follow).
   uint32_t rails = device().railHealth().usable(rails_, pathsDown_) & ~stuck;
-  if (rails == 0) return;
-  auto rail = static_cast<size_t>(__builtin_ctz(rails));
+  if (rails != 0) sendPingVia(static_cast<size_t>(__builtin_ctz(rails)));
+}
+
+void DataComm::sendPingVia(size_t rail) {
+  if (pingSend_.inFlight || pingSend_.queued || control().data == nullptr) return;
+  // A header only, from the end of the comm's control slot (the set-up message is done by now).
   uint8_t* buffer = control().data + ControlSlot::kSize - sizeof(wire::ControlHeader);
   device().controlChannel().sendVia(rail, pingSend_, buffer, control(), *this,
                                     wire::ControlKind::kPing, nullptr, 0);

@@ -193,6 +193,7 @@ class DataComm : public Comm {
   // On this host the peer's pid answers at once: true, and the comm failed, once it has exited.
   bool peerProcessExited(bool quiet);
   void sendPing();  // zero bytes to the peer's ping receive; its failure means the peer is gone
+  void sendPingVia(size_t rail);  // the same on `rail`; none while one is in flight
   bool isPing(const Operation& op) const { return &op == &pingSend_; }
   void onPing(Operation& op, int error, const char* text);
 

@@ -105,11 +105,7 @@ void SendRecovery::askNext() {
                                                             &query, sizeof(query));
     if (sent != abi::kSuccess) {
       remove(i);  // `i` holds another one now
-      if (isVoidWrite) {
-        giveUpVoid(op, "the question about it could not be sent");
-      } else {
-        fail(op, FI_EIO, "the question about it could not be sent");
-      }
+      fail(op, FI_EIO, "the question about it could not be sent");
       continue;
     }
     to(doubt, ShareDoubt::kAsked);
@@ -161,11 +157,7 @@ bool SendRecovery::onOwnCompletion(core::Operation& op, int error) {
     while (count_ > 0) {
       core::Operation& doubtful = *doubts_[count_ - 1].op;
       remove(count_ - 1);
-      if (isVoid(doubtful)) {
-        giveUpVoid(doubtful, "the question about it could not be sent");
-      } else {
-        fail(doubtful, error, "the question about it could not be sent");
-      }
+      fail(doubtful, error, "the question about it could not be sent");
     }
     return true;
   }
@@ -264,17 +256,8 @@ void SendRecovery::writeVoidAgain(core::Operation& op, size_t rail) {
   op.peer = comm_.peer(rail);
   op.remoteAddress = described->address;
   op.remoteKey = described->keys[rail];
-  if (comm_.device().post(op) != abi::kSuccess) {
-    giveUpVoid(op, "writing it again could not be posted");
-  }
-}
-
-void SendRecovery::giveUpVoid(core::Operation& op, const char* why) {
-  op.segment.resent = 0;  // the void writer's again
-  NNF_INFO(abi::kLogSubsysNet,
-           "comm %u: a void on a failed rail is given up (%s); the receiver keeps its slot until "
-           "the comm closes",
-           comm_.id(), why);
+  if (comm_.device().post(op) != abi::kSuccess)
+    fail(op, FI_EIO, "writing it again could not be posted");
 }
 
 bool SendRecovery::onWrittenAgain(const core::Operation& op) {
@@ -297,6 +280,14 @@ void SendRecovery::settle(core::Operation& op) {
 }
 
 void SendRecovery::fail(core::Operation& op, int error, const char* why) {
+  if (isVoid(op)) {
+    // No request fails: the void writer has the operation again, and the receiver keeps the
+    // void's slot until the comm closes.
+    op.segment.resent = 0;
+    NNF_INFO(abi::kLogSubsysNet, "comm %u: a void on a failed rail is given up: %s", comm_.id(),
+             why);
+    return;
+  }
   op.segment.resent = 1;  // so that onWriteFailed lets the request fail
   NNF_INFO(abi::kLogSubsysNet, "comm %u: a write on a failed rail is given up: %s", comm_.id(),
            why);

@@ -104,11 +104,10 @@ class SendRecovery {
                         : RecoveryKind::kAnswer;
   }
   void writeVoidAgain(core::Operation& op, size_t rail);
-  // A void in doubt is given up: its slot stays taken at the receiver until the comm closes.
-  void giveUpVoid(core::Operation& op, const char* why);
   // The eager message of `op` (its entry is the immediate's slot) is settled, or failed.
   bool releaseEager(const core::Operation& op) { return hold_.release(decode(op.tag).slot); }
   void settle(core::Operation& op);
+  // A share in doubt is given up: its request fails (a void: the receiver keeps its slot).
   void fail(core::Operation& op, int error, const char* why);
   void remove(size_t index);
   static void to(Doubt& doubt, ShareDoubt next) {

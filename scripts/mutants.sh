@@ -119,7 +119,7 @@ table() {
     rdma_states_test '*' -
   # A buffer whose message ended takes segments again: counted twice.
   mutant state-buffer-counted-twice src/protocol/rdma_slot_progress.h \
-    '!acceptsSegments(buffers_[index].state)' 'false' \
+    'kGroup || !acceptsSegments(buffers_[index].state)' 'kGroup' \
     rdma_matching_test,rdma_states_test '*' -
   # A buffer an eager message filled owes no void for its descriptor.
   mutant state-buffer-eager-owes-no-void src/protocol/rdma_slot_progress.h \
@@ -238,8 +238,8 @@ table() {
     'if (op.rail > 0 && op.rail < kMaxRails) close_.countWrite(op.rail);' \
     close_test 'Close/CloseCounts.*' NNF_TEST_PROVIDER=efa+rdma
   mutant close-limit-write-counted-twice src/protocol/rdma_eager_sender.cc \
-    'if (!write.inFlight && !write.queued) close_.countWrite(0);  // inline: done already' \
-    'close_.countWrite(0);' \
+    'if (!write.inFlight && !write.queued) close_.countWrite(write.rail);' \
+    'close_.countWrite(write.rail);' \
     close_test 'Close/CloseCounts.*' NNF_TEST_PROVIDER=efa+rdma
 
   # What a device hands its provider must go although NCCL never calls that device again (the
@@ -269,14 +269,14 @@ table() {
   # the receiver forgot it; the receiver forgets what landed of it and ignores late originals
   # (the fake fabric's failed rail lands one failed write in four all the same).
   mutant recovery-share-dropped src/protocol/rdma_send_recovery.cc \
-    '    if (answer.resend != 0) {' '    if (false) {' \
+    'resolveRail(*op.request, op.rail, answer.resend != 0,' 'resolveRail(*op.request, op.rail, false,' \
     rdma_failover_test,failover_test 'RdmaFailover*:Failover.ARailWhosePathBreaks*' \
     NNF_TEST_PROVIDER=softefa+rdma+2rails
   mutant recovery-late-original-counted src/protocol/rdma_slot_progress.h \
     '    if ((buffer.ignoredRails >> rail & 1u) != 0) return SegmentOutcome::kPending;' '' \
     rdma_failover_test 'RdmaFailover*' -
   mutant recovery-landed-kept src/protocol/rdma_slot_progress.h \
-    '    buffer.seen = static_cast<uint8_t>(buffer.seen - landed);' '' \
+    '    buffer.seen = static_cast<uint8_t>(buffer.seen - buffer.seenOn[rail]);' '' \
     rdma_failover_test 'RdmaFailover*' -
   mutant recovery-ended-buffer-reset src/protocol/rdma_recv_recovery.cc \
     'described.seq == static_cast<uint16_t>(query.seq) &&' '' \
@@ -295,15 +295,29 @@ table() {
   # Eager messages on a failed rail (issue 27): asked about by entry and generation, written
   # again, and taken once however often they land.
   mutant eager-recovery-off src/protocol/rdma_send_recovery.cc \
-    'if (!eager && (imm.kind != ImmKind::kData ||' 'if (eager || (imm.kind != ImmKind::kData ||' \
+    '  if (!takeOver(op, imm, error)) {' '  if (eager || !takeOver(op, imm, error)) {' \
     rdma_failover_test 'RdmaFailover*' -
   mutant eager-recovery-off-softefa src/protocol/rdma_send_recovery.cc \
-    'if (!eager && (imm.kind != ImmKind::kData ||' 'if (eager || (imm.kind != ImmKind::kData ||' \
+    '  if (!takeOver(op, imm, error)) {' '  if (eager || !takeOver(op, imm, error)) {' \
     failover_test 'Failover.EagerMessagesInFlight*' NNF_TEST_PROVIDER=softefa+rdma+2rails
   mutant recovery-second-failure-fails src/protocol/rdma_send_recovery.cc \
-    '  if (!eager && sharesItsRail(op)) return false;' \
-    '  if (op.segment.resent != 0) return false;' \
+    '  if (others == 0) return false;' \
+    '  if (others == 0 || op.segment.resent != 0) return false;' \
     rdma_failover_test 'RdmaFailover*WrittenAgain*' -
+  # Two shares of a striped message on one failed rail (one written again onto it): asked about
+  # only once neither moves there, both go again, and never onto a rail the buffer ignores.
+  mutant recovery-asked-while-beside-moves src/protocol/rdma_send_recovery.cc \
+    'if (!eager && !isVoidWrite && otherShareMovingOn(op)) {' 'if (false) {' \
+    rdma_failover_test 'RdmaFailover*TwoShares*' -
+  mutant recovery-ended-beside-not-again src/protocol/rdma_send_recovery.cc \
+    '      ++request.remaining;' '      continue;' \
+    rdma_failover_test 'RdmaFailover*TwoShares*' -
+  mutant recovery-again-on-ignored-rail src/protocol/rdma_send_recovery.cc \
+    '  uint32_t avoid = ignored | 1u << rail;' '  uint32_t avoid = 1u << rail;' \
+    rdma_failover_test 'RdmaFailover*ItsBufferIgnores*' -
+  mutant recovery-rail-bytes-kept src/protocol/rdma_slot_progress.h \
+    '    buffer.bytes -= buffer.bytesOn[rail];' '' \
+    rdma_failover_test 'RdmaFailover*TwoShares*' -
   mutant eager-second-landing-taken src/protocol/rdma_eager_receiver.cc \
     '  if (generation >= 0 && !inbox_.expects(entry, static_cast<uint32_t>(generation))) {' \
     '  if (false) {' \

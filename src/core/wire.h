@@ -19,9 +19,11 @@ namespace nnf::core::wire {
 // fails) and the rdma descriptor group its slot's generation; 8: the listen handle carries the
 // listener's rails beyond the leader where they fit (a comm connects over another rail while the
 // leader is down); 9: the rdma rail recovery asks about a void that failed on a broken rail (the
-// receiver's slot waited for it until the comm closed). Both ends check it: a peer of another
+// receiver's slot waited for it until the comm closed); 10: the rdma rail recovery's answer names
+// the rails the buffer ignores (two shares of a striped message on one failed rail both go
+// again, on a rail the receiver still counts). Both ends check it: a peer of another
 // version is refused with a reason naming both versions.
-constexpr uint16_t kVersion = 9;
+constexpr uint16_t kVersion = 10;
 constexpr size_t kMaxAddressLength = 96;
 // The rails of a device beyond its leader, as an accept message carries them (EFA addresses
 // are 32 bytes, IPv6 sockaddrs 28).

@@ -55,7 +55,7 @@ bool RecvRecovery::waitsForData(const RailQuery& query) {
   SlotProgress& progress = slots_.progress(query.slot);
   return query.index < progress.groupSize() && described.tag == query.tag &&
          described.seq == static_cast<uint16_t>(query.seq) &&
-         progress.resetRail(query.index, query.rail, query.shareBytes, query.segmentBytes);
+         progress.resetRail(query.index, query.rail);
 }
 
 bool RecvRecovery::waitsForEager(const RailQuery& query) const {
@@ -71,8 +71,11 @@ void RecvRecovery::answer(const RailQuery& query) {
   RecoveryKind kind = eager    ? RecoveryKind::kEagerAnswer
                       : isVoid ? RecoveryKind::kVoidAnswer
                                : RecoveryKind::kAnswer;
+  // The rails the buffer ignores now: the shares go again on none of them.
+  uint32_t ignored =
+      resend && !eager && !isVoid ? slots_.progress(query.slot).ignoredRails(query.index) : 0;
   RailAnswer answer{
-      static_cast<uint32_t>(kind), query.slot, query.index, query.rail, resend ? 1u : 0u, 0};
+      static_cast<uint32_t>(kind), query.slot, query.index, query.rail, resend ? 1u : 0u, ignored};
   if (eager) {
     NNF_INFO(abi::kLogSubsysNet,
              "comm %u: the sender's eager message on rail %u into bounce entry %u failed; %s",

@@ -49,13 +49,6 @@ bool SendRecovery::takeOver(core::Operation& op, const Immediate& imm, int error
       (imm.kind != ImmKind::kData || (imm.segments == 0) != (op.segment.notice != 0))) {
     return false;
   }
-  // The receiver counts a buffer's segments per rail, and forgets the rail's count before it
-  // answers: where another share of the buffer went on this rail too (one written again onto it
-  // after its own rail failed, or this rail's own share when this one was written again), that
-  // would forget the other share's bytes as well, and the buffer would never end. The request
-  // fails instead (two rails failing under one striped message). An eager message is named by its
-  // entry and generation, on any rail; a void by its buffer, whose count it is not part of.
-  if (!eager && !isVoidWrite && sharesItsRail(op)) return false;
   // Another rail of the comm must be usable to write the share on (the device took this one, or
   // its path to our peer, down).
   uint32_t others = comm_.device().railHealth().usable(rails, comm_.pathsDown()) & ~(1u << op.rail);
@@ -66,12 +59,17 @@ bool SendRecovery::takeOver(core::Operation& op, const Immediate& imm, int error
   return true;
 }
 
-bool SendRecovery::sharesItsRail(const core::Operation& op) {
+bool SendRecovery::otherShareMovingOn(const core::Operation& op) {
   const core::Request& request = *op.request;
   for (uint8_t i = 0; i < request.count; ++i) {
-    if (&request.ops[i] != &op && request.ops[i].rail == op.rail) return true;
+    const core::Operation& other = request.ops[i];
+    if (&other != &op && other.rail == op.rail && (other.inFlight || other.queued)) return true;
   }
   return false;
+}
+
+void SendRecovery::onWriteEnded() {
+  if (count_ != 0) askNext();  // a share in doubt may have waited for this one
 }
 
 void SendRecovery::askNext() {
@@ -87,6 +85,14 @@ void SendRecovery::askNext() {
     Immediate imm = decode(op.tag);
     bool eager = imm.kind == ImmKind::kEager;
     bool isVoidWrite = imm.kind == ImmKind::kVoid;
+    // The receiver forgets everything its buffer got on the rail: asked while another share of
+    // the message still moves there, it would forget what lands of that one after it answered
+    // (ignored there from then on) and the buffer would never end. Its end (failed: in doubt
+    // too; completed: written again with this one) brings the question (onWriteEnded).
+    if (!eager && !isVoidWrite && otherShareMovingOn(op)) {
+      ++i;
+      continue;
+    }
     RecoveryKind kind = eager         ? RecoveryKind::kEagerQuery
                         : isVoidWrite ? RecoveryKind::kVoidQuery
                                       : RecoveryKind::kQuery;
@@ -133,12 +139,16 @@ bool SendRecovery::onMessage(const uint8_t* data, size_t length) {
         (eager ? imm.count : imm.index) != answer.index || op.rail != answer.rail) {
       continue;
     }
-    remove(i);
     awaitingAnswer_ = false;
-    if (answer.resend != 0) {
-      writeAgain(op);
+    if (!eager && answer.kind == static_cast<uint32_t>(RecoveryKind::kAnswer)) {
+      resolveRail(*op.request, op.rail, answer.resend != 0, answer.ignoredRails);
     } else {
-      settle(op);
+      remove(i);
+      if (answer.resend != 0) {
+        writeAgain(op, 0);
+      } else {
+        settle(op);
+      }
     }
     break;
   }
@@ -186,14 +196,81 @@ void SendRecovery::remove(size_t index) {
   --count_;
 }
 
+// The receiver answered about `rail` for the buffer of `request`: with `resend` it forgot what
+// landed there and waits for every share the message put on that rail (the one asked about, one
+// in doubt beside it, and one that ended there before: their bytes went with the rail's count),
+// each written again on a rail up that the buffer does not ignore (`ignored`); without, the
+// buffer ended and those in doubt are done.
+void SendRecovery::resolveRail(core::Request& request, uint8_t rail, bool resend,
+                               uint32_t ignored) {
+  // Nor on the rail of another share in doubt: its count there is still to be forgotten.
+  uint32_t avoid = ignored | 1u << rail;
+  for (size_t i = 0; i < count_; ++i) {
+    if (doubts_[i].op->request == &request) avoid |= 1u << doubts_[i].op->rail;
+  }
+  // First every share of the rail leaves the list: settling one may end a write, whose end asks
+  // the next question (onWriteEnded), which must not be about these.
+  uint32_t shares = 0;  // bit k: request.ops[k] is to be written again or settled
+  for (uint8_t k = 0; k < request.count; ++k) {
+    core::Operation& op = request.ops[k];
+    if (op.rail != rail) continue;
+    size_t at = indexOf(op);
+    if (at < count_) {
+      remove(at);
+    } else if (resend) {
+      // It ended there (the question waited while it moved): counted by the receiver once, and
+      // forgotten with the rail. It is the request's again until written again.
+      NNF_ASSERT(!op.inFlight && !op.queued, "comm %u: a share moves on rail %u asked about",
+                 comm_.id(), rail);
+      op.transferred -= op.length;
+      ++request.remaining;
+      ++writtenBeside_;
+    } else {
+      continue;  // it ended there: counted, and the buffer ended
+    }
+    shares |= 1u << k;
+  }
+  for (uint8_t k = 0; k < request.count; ++k) {
+    if ((shares >> k & 1u) == 0) continue;
+    if (resend) {
+      writeAgain(request.ops[k], avoid);
+    } else {
+      settle(request.ops[k]);
+    }
+  }
+}
+
+size_t SendRecovery::indexOf(const core::Operation& op) const {
+  for (size_t i = 0; i < count_; ++i) {
+    if (doubts_[i].op == &op) return i;
+  }
+  return count_;
+}
+
 // The receiver forgot what landed of the share and waits for it: the whole share goes again on a
-// rail that is up, with the keys its descriptor gave for that rail (the ring entry cannot have
-// been written again: its group waits for this share).
-void SendRecovery::writeAgain(core::Operation& op) {
+// rail that is up and not in `avoid`, with the keys its descriptor gave for that rail (the ring
+// entry cannot have been written again: its group waits for this share). An eager message or a
+// void goes back on its own rail only where no other is up.
+void SendRecovery::writeAgain(core::Operation& op, uint32_t avoid) {
   uint8_t carrying[kMaxRails];
   size_t rails = comm_.device().railHealth().carrying(comm_.rails(), carrying, comm_.pathsDown());
-  size_t rail = carrying[nextRail_++ % rails];
-  if (rail == op.rail) rail = carrying[nextRail_++ % rails];
+  size_t rail = kMaxRails, fallback = kMaxRails;
+  for (size_t tries = 0; tries < rails; ++tries) {
+    size_t candidate = carrying[nextRail_++ % rails];
+    if ((avoid >> candidate & 1u) != 0) continue;
+    if (candidate != op.rail) {
+      rail = candidate;
+      break;
+    }
+    fallback = candidate;
+  }
+  if (rail == kMaxRails) rail = fallback;
+  if (rail == kMaxRails) {
+    if (isEager(op)) releaseEager(op);
+    // Not a path failure: the request fails rather than being asked about again.
+    fail(op, FI_EIO, "no rail is left that its receiver counts");
+    return;
+  }
   if (isEager(op)) {
     writeEagerAgain(op, rail);
     return;

@@ -4,9 +4,10 @@
 // doubt (the write may have landed, its acknowledgement lost). The sender asks the receiver
 // about it, one question at a time, and on the answer either writes the share again, whole, on
 // a rail that is up, or (the buffer ended: the original landed) counts it done. A share written
-// again that fails again is asked about again when nothing else of its buffer went on its new
-// rail (its message's only share); where something did (two rails failing under one striped
-// message) the request fails (docs/failover.md, "Failing twice").
+// again that fails again is asked about again. Where another share of the message is on the same
+// rail (one written again onto the rail of another: two rails failing under one striped
+// message), the receiver forgets both with the rail's count, so the question waits until neither
+// moves any more there, and both go again (docs/failover.md, "Failing twice").
 //
 // Why nothing is counted twice: the receiver forgets what landed of that rail's share before it
 // answers, and ignores that rail for the buffer from then on, so only the share written again
@@ -78,10 +79,11 @@ class SendRecovery {
   core::Operation& question() { return question_; }
   // The request is given up (it failed, or its comm goes): its shares leave the list.
   void forget(const core::Request& request);
-  // Whether another share of `op`'s message (an operation of its request) is on `op`'s rail: a
-  // share written again onto the rail of another. The receiver's count for that rail would then
-  // hold both (see takeOver).
-  static bool sharesItsRail(const core::Operation& op);
+  // A data write of the comm ended (the share in doubt beside it on its rail may be asked about).
+  void onWriteEnded();
+  // Shares that had ended on a rail and went again with another share of their message asked
+  // about there (the receiver forgot the rail's count for the buffer).
+  uint64_t writtenBeside() const { return writtenBeside_; }
   // A write of ours that was written again completed: true when it released the eager entries.
   bool onWrittenAgain(const core::Operation& op);
 
@@ -94,7 +96,12 @@ class SendRecovery {
   // Whether the failed `op` is in doubt, and if so its entry in the list.
   bool takeOver(core::Operation& op, const Immediate& imm, int error);
   void askNext();
-  void writeAgain(core::Operation& op);
+  // Whether another share of `op`'s message is on its rail and still moving there (posted or
+  // queued).
+  static bool otherShareMovingOn(const core::Operation& op);
+  void resolveRail(core::Request& request, uint8_t rail, bool resend, uint32_t ignored);
+  size_t indexOf(const core::Operation& op) const;
+  void writeAgain(core::Operation& op, uint32_t avoid);
   void writeEagerAgain(core::Operation& op, size_t rail);
   static bool isEager(const core::Operation& op) { return decode(op.tag).kind == ImmKind::kEager; }
   static bool isVoid(const core::Operation& op) { return decode(op.tag).kind == ImmKind::kVoid; }
@@ -125,6 +132,7 @@ class SendRecovery {
   size_t count_ = 0;
   bool awaitingAnswer_ = false;
   size_t nextRail_ = 0;  // rails that are up take the shares written again in turn
+  uint64_t writtenBeside_ = 0;
   EagerHold& hold_;
   core::Operation question_;
 };

@@ -224,6 +224,7 @@ void Sender::onPeerClosed() {
 
 void Sender::onWriteDone() {
   // Every write's end comes here: the answer's conditions are read only when one is owed.
+  recovery_.onWriteEnded();
   if (close_.answerOwed()) close_.answerIfIdle(eager_.writesPending());
 }
 

@@ -34,6 +34,7 @@ class Sender final : public CommState {
   void onDescriptors(uint32_t slot, uint32_t count);
   // Descriptors that came before their sends (tests: none is left once every send was posted).
   size_t descriptorsWaiting() const { return matcher_.descriptorsHeld(); }
+  const SendRecovery& recovery() const { return recovery_; }
   // A credit write landed: entries freed so far, modulo 256.
   void onCredits(uint32_t freedMod256);
 

@@ -64,6 +64,7 @@ class SlotProgress {
       buffer.ignoredRails = 0;
       buffer.ignoredVoidRails = 0;
       memset(buffer.seenOn, 0, sizeof(buffer.seenOn));
+      memset(buffer.bytesOn, 0, sizeof(buffer.bytesOn));
       to(buffer, BufferState::kExpecting);
     }
   }
@@ -96,6 +97,7 @@ class SlotProgress {
       return SegmentOutcome::kInvalid;
     }
     buffer.bytes += length;
+    buffer.bytesOn[rail] += length;
     ++buffer.seenOn[rail];
     if (++buffer.seen < segments) {
       to(buffer, BufferState::kFilling);
@@ -105,24 +107,27 @@ class SlotProgress {
     *total = buffer.bytes;
     return SegmentOutcome::kComplete;
   }
-  // The sender's write of `rail`'s share of buffer `index` failed on a broken path and may have
-  // partly landed (RailQuery): when the buffer still waits for segments, what landed on that rail
-  // is forgotten (its segments, and their bytes: the first of them, each `segmentBytes` long but
-  // the share's last, went in order, each posted once the one before completed), later segments
-  // on that rail are ignored, and true: the sender writes the share again, whole, on another
-  // rail. False when the buffer ended (nothing to write again).
-  bool resetRail(uint32_t index, size_t rail, uint64_t shareBytes, uint64_t segmentBytes) {
+  // The sender's write of a share of buffer `index` on `rail` failed on a broken path and may
+  // have partly landed (RailQuery): when the buffer still waits for segments, what landed on that
+  // rail is forgotten (its segments and their bytes: every share the sender put on that rail, one
+  // written again onto it after another rail failed included), later segments on that rail are
+  // ignored, and true: the sender writes every share it put on that rail again, whole, on rails
+  // the buffer does not ignore (ignoredRails). False when the buffer ended (nothing to write).
+  bool resetRail(uint32_t index, size_t rail) {
     if (index >= count_ || rail >= kMaxRails || !acceptsSegments(buffers_[index].state)) {
       return false;
     }
     Buffer& buffer = buffers_[index];
-    uint64_t landed = buffer.seenOn[rail];
-    uint64_t landedBytes = landed * segmentBytes < shareBytes ? landed * segmentBytes : shareBytes;
-    buffer.seen = static_cast<uint8_t>(buffer.seen - landed);
-    buffer.bytes -= landedBytes < buffer.bytes ? landedBytes : buffer.bytes;
+    buffer.seen = static_cast<uint8_t>(buffer.seen - buffer.seenOn[rail]);
+    buffer.bytes -= buffer.bytesOn[rail];
     buffer.seenOn[rail] = 0;
+    buffer.bytesOn[rail] = 0;
     buffer.ignoredRails = static_cast<uint8_t>(buffer.ignoredRails | 1u << rail);
     return true;
+  }
+  // Bit r: buffer `index` ignores what lands on rail r (its count there was reset).
+  uint32_t ignoredRails(uint32_t index) const {
+    return index < count_ ? buffers_[index].ignoredRails : 0;
   }
   // An eager message filled buffer `index` before this group was described: the sender skips
   // its descriptor (kSettled), nothing more comes for it.
@@ -188,7 +193,8 @@ class SlotProgress {
     uint8_t ignoredRails = 0;      // bit r: rail r's share was reset (resetRail): late ones ignored
     uint8_t ignoredVoidRails = 0;  // bit r: its void on rail r was reset (resetVoid)
     BufferState state = BufferState::kIdle;
-    uint8_t seenOn[kMaxRails] = {};  // segments seen per rail (kMaxSegments fits a byte)
+    uint8_t seenOn[kMaxRails] = {};    // segments seen per rail (kMaxSegments fits a byte)
+    uint64_t bytesOn[kMaxRails] = {};  // their bytes (a rail may carry two shares: resetRail)
   };
   static bool acceptsSegments(BufferState state) {
     return static_cast<uint8_t>(state) - 1u <= static_cast<uint8_t>(BufferState::kFilling) - 1u;

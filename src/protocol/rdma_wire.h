@@ -235,9 +235,10 @@ static_assert(sizeof(ClosedAck) == 32);
 // counted some of that rail's segments. The sender asks (RailQuery) about the buffer it wrote
 // into, named by slot, index and the (tag, sequence number) its descriptor had; the receiver
 // answers (RailAnswer) that the buffer ended (nothing to do: it completed, or its slot serves
-// another group now), or that it forgot what landed of that rail's share, ignores the rest of
-// that rail for the buffer, and waits for the share again: the sender writes it again, whole,
-// on a rail that is up, with the same immediate data.
+// another group now), or that it forgot what landed on that rail for the buffer, ignores the rest
+// of that rail for it, and waits for that rail's shares again (two where one was written again
+// onto it after another rail failed): the sender writes each again, whole, on a rail that is up
+// and that the buffer does not ignore (`ignoredRails`), with the same immediate data.
 // An eager message that failed on a down rail is asked about the same way (kEagerQuery: `slot`
 // its bounce entry, `index` its generation there, `shareBytes` its length): the receiver
 // answers that it landed (the entry took that generation) or that it did not (the sender writes
@@ -262,7 +263,7 @@ struct RailQuery {
   int32_t tag;
   uint32_t seq;
   uint32_t rail;          // the rail whose share is in doubt
-  uint64_t shareBytes;    // that share's length
+  uint64_t shareBytes;    // that share's length (for the receiver's log only)
   uint64_t segmentBytes;  // the length of its segments (the last may be shorter)
 };
 struct RailAnswer {
@@ -270,8 +271,8 @@ struct RailAnswer {
   uint32_t slot;
   uint32_t index;
   uint32_t rail;
-  uint32_t resend;  // 1: write the share again; 0: the buffer ended, nothing to write
-  uint32_t reserved;
+  uint32_t resend;        // 1: write the share again; 0: the buffer ended, nothing to write
+  uint32_t ignoredRails;  // data: bit r, the buffer ignores rail r from now on (`rail` included)
 };
 static_assert(16 + sizeof(RailQuery) <= kRecoveryBytes && 16 + sizeof(RailAnswer) <= kRecoveryBytes,
               "a control header and the message fit the staging area");

@@ -204,10 +204,12 @@ void FakeFabric::tick(FakeEngine& engine) {
   }
 }
 
-bool FakeFabric::writtenAgainInFlight(size_t rail) const {
+bool FakeFabric::writtenAgainInFlight(size_t rail,
+                                      const std::function<bool(uint64_t data)>& which) const {
   for (const Transfer& transfer : transfers_) {
     if (transfer.kind == Kind::kWrite && !transfer.landed && !transfer.dead &&
-        transfer.op != nullptr && transfer.sourceRail == rail && transfer.op->segment.resent != 0) {
+        transfer.op != nullptr && transfer.sourceRail == rail && transfer.op->segment.resent != 0 &&
+        (!which || which(transfer.op->tag))) {
       return true;
     }
   }

@@ -147,8 +147,10 @@ class FakeFabric {
   std::unique_ptr<FakeRails> open(const FakeRailSpec& spec, size_t rails);
   FakeEngine& engine(size_t id) { return *engines_.at(id); }
   const FakeStats& stats() const { return stats_; }
-  // Whether a write that went again after an earlier failure is on its way over rail `rail`.
-  bool writtenAgainInFlight(size_t rail) const;
+  // Whether a write that went again after an earlier failure is on its way over rail `rail` (one
+  // whose immediate data `which` accepts, where given).
+  bool writtenAgainInFlight(size_t rail,
+                            const std::function<bool(uint64_t data)>& which = nullptr) const;
   // Called with every write that lands (immediate data as the target reads it, bytes): tests
   // classify them.
   void onWrite(std::function<void(uint64_t data, size_t length)> observer) {

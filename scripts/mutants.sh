@@ -315,6 +315,10 @@ table() {
   mutant recovery-again-on-ignored-rail src/protocol/rdma_send_recovery.cc \
     '  uint32_t avoid = ignored | 1u << rail;' '  uint32_t avoid = 1u << rail;' \
     rdma_failover_test 'RdmaFailover*ItsBufferIgnores*' -
+  # A refused send's notice in doubt outlives its request's report to NCCL.
+  mutant recovery-notice-forgotten src/protocol/rdma_send_recovery.cc \
+    '    if (!isEager(op) && op.segment.notice != 0) continue;' '' \
+    rdma_failover_test 'RdmaFailover*RefusedSends*' -
   mutant recovery-rail-bytes-kept src/protocol/rdma_slot_progress.h \
     '    buffer.bytes -= buffer.bytesOn[rail];' '' \
     rdma_failover_test 'RdmaFailover*TwoShares*' -

@@ -179,6 +179,9 @@ void SendRecovery::forget(const core::Request& request) {
   for (size_t i = count_; i-- > 0;) {
     core::Operation& op = *doubts_[i].op;
     if (op.request != &request) continue;
+    // A refused send's notice stays: the receive waits for it, and it moves none of the caller's
+    // bytes. Its request (failed, reported) returns to the pool once the notice ended.
+    if (!isEager(op) && op.segment.notice != 0) continue;
     if (doubts_[i].state == ShareDoubt::kAsked) awaitingAnswer_ = false;  // the answer is dropped
     if (isEager(op)) releaseEager(op);
     remove(i);

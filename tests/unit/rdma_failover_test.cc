@@ -752,31 +752,30 @@ TEST(RdmaFailoverOverFakeFabric, AnyRailFailingAgainAndAgainLosesNothing) {
   EXPECT_GT(voidsFailed, 0u) << "no void met a broken rail (asked about, written again once)";
 }
 
-// Two rails of four fail one soon after the other (two NIC planes, a switch between them): what
-// was written again on the second after the first failed fails there again, and is asked about
-// and written again once more on a rail left. Small messages only, 20 runs of four rails: eager
-// ones (their entry and generation name them on any rail) and ones whole on one rail by
-// descriptor (nothing else of their buffer is counted on the rail they were written again on;
-// a striped message's share fails its request then, see above). Every message once, whole; each
-// rail named once.
-TEST(RdmaFailoverOverFakeFabric, WhatWasWrittenAgainOnARailThatFailsTooLandsOnce) {
+// What the runs of failTwoRails saw.
+struct TwoRailFailures {
+  uint64_t failedAgain = 0;  // writes failed again after they were written again
+  uint64_t eagerFailed = 0;  // eager writes failed, in all
+  uint64_t beside = 0;       // shares that had ended and went again beside one asked about
+};
+
+// 20 runs of four rails from seed `first`: one rail (not the leader) fails at a random point, and
+// a second once a write gone again after the first's failure is on its way over it (or, should
+// none take it, a while later). `largePerMille`, `small`: the traffic (FailoverRun::drive);
+// `adjust`: the fabric's options. Every message once, whole; each rail named once.
+TwoRailFailures failTwoRails(uint64_t first, uint32_t largePerMille, bool small, uint64_t messages,
+                             const std::function<void(FakePlugin::Options&)>& adjust) {
   constexpr int kSeeds = 20;
-  const uint64_t first = firstSeed(101) | 1;  // odd seeds: four rails
-  uint64_t failedAgain = 0, eagerFailed = 0;
-  for (uint64_t seed = first; seed < first + 2 * kSeeds; seed += 2) {
-    FailoverRun run(seed, [](FakePlugin::Options& options) {
-      options.fabric.maxDelay = 24;  // more writes in flight when the rails break
-      options.fabric.longDelayOneIn = 4;
-    });
-    ASSERT_TRUE(run.connected());
+  TwoRailFailures total;
+  for (uint64_t seed = first | 1; seed < (first | 1) + 2 * kSeeds; seed += 2) {
+    FailoverRun run(seed, adjust);
+    EXPECT_TRUE(run.connected());
+    if (!run.connected()) return total;
     const size_t second = run.failing() % 3 + 1;  // neither the leader nor the first
-    const uint64_t messages = messagesToRun() / 2 / kSeeds;
     const uint64_t failAt = messages / 5 + run.pick()() % (messages / 5);
-    // The second fails once a write gone again after the first's failure is on its way over it
-    // (or, should none take it, a while later).
     uint64_t steps = 0;
     int failed = 0;
-    run.drive(messages, 0, /*small=*/true, 1, [&](uint64_t ended) {
+    run.drive(messages, largePerMille, small, 1, [&](uint64_t ended) {
       if (failed == 0 && ended >= failAt) {
         run.fabric().failRail(run.failing(), 4);
         failed = 1;
@@ -785,18 +784,33 @@ TEST(RdmaFailoverOverFakeFabric, WhatWasWrittenAgainOnARailThatFailsTooLandsOnce
         failed = 2;
       }
     });
-    if (HasFatalFailure()) return;
-    ASSERT_EQ(failed, 2);
-    failedAgain += run.fabric().stats().failedAgain;
-    eagerFailed += run.eagerFailed();
+    if (::testing::Test::HasFatalFailure()) return total;
+    EXPECT_EQ(failed, 2);
+    total.failedAgain += run.fabric().stats().failedAgain;
+    total.eagerFailed += run.eagerFailed();
+    total.beside += run.writtenBeside();
     run.expectEveryMessageOnce(2);
   }
+  return total;
+}
+
+// Two rails of four fail one soon after the other (two NIC planes, a switch between them): what
+// was written again on the second after the first failed fails there again, and is asked about
+// and written again once more on a rail left. Small messages only: eager ones (their entry and
+// generation name them on any rail) and ones whole on one rail by descriptor.
+TEST(RdmaFailoverOverFakeFabric, WhatWasWrittenAgainOnARailThatFailsTooLandsOnce) {
+  TwoRailFailures seen = failTwoRails(firstSeed(101), 0, /*small=*/true, messagesToRun() / 2 / 20,
+                                      [](FakePlugin::Options& options) {
+                                        options.fabric.maxDelay =
+                                            24;  // more writes in flight when the rails break
+                                        options.fabric.longDelayOneIn = 4;
+                                      });
   printf(
-      "[ failover ] %d seeds, two rails of four failing: %llu writes failed again after they "
+      "[ failover ] 20 seeds, two rails of four failing: %llu writes failed again after they "
       "were written again (%llu eager writes failed in all)\n",
-      kSeeds, static_cast<unsigned long long>(failedAgain),
-      static_cast<unsigned long long>(eagerFailed));
-  EXPECT_GT(failedAgain, 0u) << "nothing written again failed: the test missed its case";
+      static_cast<unsigned long long>(seen.failedAgain),
+      static_cast<unsigned long long>(seen.eagerFailed));
+  EXPECT_GT(seen.failedAgain, 0u) << "nothing written again failed: the test missed its case";
 }
 
 // Two rails of four fail one soon after the other under striped messages: a share written again
@@ -807,47 +821,25 @@ TEST(RdmaFailoverOverFakeFabric, WhatWasWrittenAgainOnARailThatFailsTooLandsOnce
 // message's send. 20 runs of four rails, a tenth of the messages striped: every message once,
 // whole, no send failed, each rail named once; some shares that had ended went again so.
 TEST(RdmaFailoverOverFakeFabric, TwoSharesOfAMessageOnARailThatFailsTooLandOnce) {
-  constexpr int kSeeds = 20;
-  const uint64_t first = firstSeed(141) | 1;  // odd seeds: four rails
-  uint64_t failedAgain = 0, beside = 0;
-  for (uint64_t seed = first; seed < first + 2 * kSeeds; seed += 2) {
-    FailoverRun run(seed, [](FakePlugin::Options& options) {
-      options.fabric.maxDelay = 24;  // more writes in flight when the rails break
-      options.fabric.longDelayOneIn = 4;
-      // Shares of many segments, some of them slow: one may still move on the rail another is
-      // asked about (the question waits for it).
-      options.rail.maxRmaBytes = 16384;
-      options.fabric.longDelay = 400;
-    });
-    ASSERT_TRUE(run.connected());
-    const size_t second = run.failing() % 3 + 1;  // neither the leader nor the first
-    const uint64_t messages = messagesToRun() / 8 / kSeeds;
-    const uint64_t failAt = messages / 5 + run.pick()() % (messages / 5);
-    uint64_t steps = 0;
-    int failed = 0;
-    run.drive(messages, 100, /*small=*/false, 1, [&](uint64_t ended) {
-      if (failed == 0 && ended >= failAt) {
-        run.fabric().failRail(run.failing(), 4);
-        failed = 1;
-      } else if (failed == 1 && (run.fabric().writtenAgainInFlight(second) || ++steps == 5000)) {
-        run.fabric().failRail(second, 4);
-        failed = 2;
-      }
-    });
-    if (HasFatalFailure()) return;
-    ASSERT_EQ(failed, 2);
-    failedAgain += run.fabric().stats().failedAgain;
-    beside += run.writtenBeside();
-    run.expectEveryMessageOnce(2);
-  }
+  TwoRailFailures seen = failTwoRails(firstSeed(141), 100, /*small=*/false,
+                                      messagesToRun() / 8 / 20, [](FakePlugin::Options& options) {
+                                        options.fabric.maxDelay = 24;
+                                        options.fabric.longDelayOneIn = 4;
+                                        // Shares of many segments, some of them slow: one may still
+                                        // move on the rail another is asked about (the question
+                                        // waits for it).
+                                        options.rail.maxRmaBytes = 16384;
+                                        options.fabric.longDelay = 400;
+                                      });
   printf(
-      "[ failover ] %d seeds, two rails of four failing under striped messages: %llu writes "
+      "[ failover ] 20 seeds, two rails of four failing under striped messages: %llu writes "
       "failed again after they were written again; %llu shares that had ended went again beside "
       "one asked about on their rail\n",
-      kSeeds, static_cast<unsigned long long>(failedAgain),
-      static_cast<unsigned long long>(beside));
-  EXPECT_GT(failedAgain, 0u) << "nothing written again failed: the test missed its case";
-  EXPECT_GT(beside, 0u) << "no share went again beside another on its rail: the case was missed";
+      static_cast<unsigned long long>(seen.failedAgain),
+      static_cast<unsigned long long>(seen.beside));
+  EXPECT_GT(seen.failedAgain, 0u) << "nothing written again failed: the test missed its case";
+  EXPECT_GT(seen.beside, 0u)
+      << "no share went again beside another on its rail: the case was missed";
 }
 
 // A share written again must not go onto a rail its buffer ignores, though that rail is up

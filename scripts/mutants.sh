@@ -317,7 +317,7 @@ table() {
     rdma_failover_test 'RdmaFailover*ItsBufferIgnores*' -
   # A refused send's notice in doubt outlives its request's report to NCCL.
   mutant recovery-notice-forgotten src/protocol/rdma_send_recovery.cc \
-    '    if (!isEager(op) && op.segment.notice != 0) continue;' '' \
+    '    if (op.segment.notice != 0) continue;' '' \
     rdma_failover_test 'RdmaFailover*RefusedSends*' -
   mutant recovery-rail-bytes-kept src/protocol/rdma_slot_progress.h \
     '    buffer.bytes -= buffer.bytesOn[rail];' '' \

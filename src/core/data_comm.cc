@@ -171,7 +171,6 @@ void DataComm::sendPing() {
 }
 
 void DataComm::pingForWitness(uint32_t stuck) {
-  if (closed()) return;
   // Not on a rail it is to witness for (the leader, whose control messages it would follow).
   uint32_t rails = device().railHealth().usable(rails_, pathsDown_) & ~stuck;
   if (rails != 0) sendPingVia(static_cast<size_t>(__builtin_ctz(rails)));

@@ -102,9 +102,7 @@ void SendRecovery::askNext() {
                     eager ? imm.count : imm.index,
                     op.segment.tag,
                     op.segment.seq,
-                    op.rail,
-                    op.transferred + op.length + op.segment.shareLeft,
-                    eager || isVoidWrite ? 0 : rdma_.writeSegmentBytes()};
+                    op.rail};
     uint8_t* buffer = ring_->data + kRecoveryOffset;
     abi::Result sent = comm_.device().controlChannel().send(question_, buffer, *ring_, comm_,
                                                             core::wire::ControlKind::kProtocol,
@@ -140,7 +138,7 @@ bool SendRecovery::onMessage(const uint8_t* data, size_t length) {
       continue;
     }
     awaitingAnswer_ = false;
-    if (!eager && answer.kind == static_cast<uint32_t>(RecoveryKind::kAnswer)) {
+    if (answer.kind == static_cast<uint32_t>(RecoveryKind::kAnswer)) {
       resolveRail(*op.request, op.rail, answer.resend != 0, answer.ignoredRails);
     } else {
       remove(i);
@@ -181,7 +179,7 @@ void SendRecovery::forget(const core::Request& request) {
     if (op.request != &request) continue;
     // A refused send's notice stays: the receive waits for it, and it moves none of the caller's
     // bytes. Its request (failed, reported) returns to the pool once the notice ended.
-    if (!isEager(op) && op.segment.notice != 0) continue;
+    if (op.segment.notice != 0) continue;
     if (doubts_[i].state == ShareDoubt::kAsked) awaitingAnswer_ = false;  // the answer is dropped
     if (isEager(op)) releaseEager(op);
     remove(i);

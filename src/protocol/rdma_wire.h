@@ -240,7 +240,7 @@ static_assert(sizeof(ClosedAck) == 32);
 // onto it after another rail failed): the sender writes each again, whole, on a rail that is up
 // and that the buffer does not ignore (`ignoredRails`), with the same immediate data.
 // An eager message that failed on a down rail is asked about the same way (kEagerQuery: `slot`
-// its bounce entry, `index` its generation there, `shareBytes` its length): the receiver
+// its bounce entry, `index` its generation there): the receiver
 // answers that it landed (the entry took that generation) or that it did not (the sender writes
 // it again, whole, on a rail that is up; should the original land after all, the receiver takes
 // one of the two by the generation the immediate carries).
@@ -262,9 +262,7 @@ struct RailQuery {
   uint32_t index;
   int32_t tag;
   uint32_t seq;
-  uint32_t rail;          // the rail whose share is in doubt
-  uint64_t shareBytes;    // that share's length (for the receiver's log only)
-  uint64_t segmentBytes;  // the length of its segments (the last may be shorter)
+  uint32_t rail;  // the rail whose share is in doubt
 };
 struct RailAnswer {
   uint32_t kind;  // RecoveryKind::kAnswer

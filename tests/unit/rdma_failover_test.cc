@@ -801,8 +801,8 @@ TwoRailFailures failTwoRails(uint64_t first, uint32_t largePerMille, bool small,
 TEST(RdmaFailoverOverFakeFabric, WhatWasWrittenAgainOnARailThatFailsTooLandsOnce) {
   TwoRailFailures seen = failTwoRails(firstSeed(101), 0, /*small=*/true, messagesToRun() / 2 / 20,
                                       [](FakePlugin::Options& options) {
-                                        options.fabric.maxDelay =
-                                            24;  // more writes in flight when the rails break
+                                        // More writes in flight when the rails break.
+                                        options.fabric.maxDelay = 24;
                                         options.fabric.longDelayOneIn = 4;
                                       });
   printf(
